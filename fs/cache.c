@@ -1,2 +1,533 @@
-/* fs/cache.c - placeholder until the module lands. */
-typedef int ckptfs_placeholder_cache;
+/*
+ * fs/cache.c - block cache with shared fetches, LRU eviction and background
+ * prefetch (see cache.h for the contract).
+ *
+ * Data structures, all protected by cache->lock:
+ *  - objects: chained hash by (path, etag); an object lives while open
+ *    handles or cached blocks reference it.
+ *  - blocks: chained hash by (object id, block index). A block is FETCHING
+ *    (in the table, no data yet), READY (data valid, on the LRU list) or
+ *    FAILED (out of the table; freed by its last waiter).
+ *  - one fetch fills one contiguous buffer (struct cbuf) shared by the
+ *    blocks of that run; the buffer is freed when its last block goes.
+ * Waiters pin a block (pins > 0) and sleep on cache->cond, which is
+ * broadcast whenever a fetch completes. Pinned blocks are never evicted.
+ * I/O and copies happen with the lock dropped.
+ */
+#include "cache.h"
+
+#include "log.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum block_state { BLOCK_FETCHING, BLOCK_READY, BLOCK_FAILED };
+
+struct cbuf {
+    unsigned refs; /* blocks still pointing into data; protected by cache->lock */
+    char data[];
+};
+
+struct cblock {
+    struct cblock *hnext;              /* hash chain */
+    struct cblock *lru_prev, *lru_next; /* LRU list, READY blocks only */
+    struct cache_obj *obj;
+    uint64_t idx;
+    enum block_state state;
+    int err;       /* FAILED: the negative errno */
+    int in_table;  /* still reachable through the hash */
+    unsigned pins; /* readers copying from or waiting on this block */
+    struct cbuf *buf;
+    char *data;
+    uint32_t len;
+};
+
+struct cache_obj {
+    struct cache_obj *hnext;
+    uint64_t id;
+    char *path;
+    char etag[STORE_ETAG_MAX];
+    uint64_t size;
+    unsigned refs; /* open handles + blocks */
+};
+
+struct cache {
+    struct store *store;
+    struct workq *wq;
+    struct cache_config cfg;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    struct cblock **blocks;
+    size_t nbuckets; /* power of two */
+    struct cache_obj **objs;
+    size_t nobj_buckets;
+    uint64_t next_obj_id;
+    struct cblock lru; /* sentinel: lru.lru_next is most recent */
+    struct cache_stats st;
+    atomic_int stopping; /* set by cache_cancel: background fetches fail fast */
+};
+
+struct fetch_job {
+    struct cache *c;
+    struct cache_obj *obj;
+    uint64_t first; /* first block index */
+    uint32_t n;     /* blocks in the run */
+};
+
+/* ---- hashing ---- */
+
+static uint64_t mix64(uint64_t x)
+{
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ULL;
+    x ^= x >> 33;
+    return x;
+}
+
+static uint64_t hash_str(const char *s)
+{
+    uint64_t h = 1469598103934665603ULL;
+    while (*s)
+        h = (h ^ (unsigned char)*s++) * 1099511628211ULL;
+    return h;
+}
+
+static size_t block_bucket(const struct cache *c, uint64_t obj_id, uint64_t idx)
+{
+    return mix64(obj_id * 0x9e3779b97f4a7c15ULL + idx) & (c->nbuckets - 1);
+}
+
+static struct cblock *block_find(struct cache *c, struct cache_obj *o, uint64_t idx)
+{
+    for (struct cblock *b = c->blocks[block_bucket(c, o->id, idx)]; b; b = b->hnext)
+        if (b->obj == o && b->idx == idx)
+            return b;
+    return NULL;
+}
+
+static void block_unhash(struct cache *c, struct cblock *b)
+{
+    struct cblock **pp = &c->blocks[block_bucket(c, b->obj->id, b->idx)];
+    while (*pp != b)
+        pp = &(*pp)->hnext;
+    *pp = b->hnext;
+    b->in_table = 0;
+}
+
+/* ---- LRU ---- */
+
+static void lru_unlink(struct cblock *b)
+{
+    b->lru_prev->lru_next = b->lru_next;
+    b->lru_next->lru_prev = b->lru_prev;
+    b->lru_prev = b->lru_next = NULL;
+}
+
+static void lru_push_front(struct cache *c, struct cblock *b)
+{
+    b->lru_next = c->lru.lru_next;
+    b->lru_prev = &c->lru;
+    c->lru.lru_next->lru_prev = b;
+    c->lru.lru_next = b;
+}
+
+static void lru_touch(struct cache *c, struct cblock *b)
+{
+    lru_unlink(b);
+    lru_push_front(c, b);
+}
+
+/* ---- objects ---- */
+
+static void obj_unref_locked(struct cache *c, struct cache_obj *o)
+{
+    if (--o->refs > 0)
+        return;
+    struct cache_obj **pp = &c->objs[hash_str(o->path) & (c->nobj_buckets - 1)];
+    while (*pp != o)
+        pp = &(*pp)->hnext;
+    *pp = o->hnext;
+    free(o->path);
+    free(o);
+}
+
+struct cache_obj *cache_obj_get(struct cache *c, const char *path, const char *etag,
+                                uint64_t size, int *was_cached)
+{
+    size_t bucket = hash_str(path) & (c->nobj_buckets - 1);
+    pthread_mutex_lock(&c->lock);
+    for (struct cache_obj *o = c->objs[bucket]; o; o = o->hnext) {
+        if (strcmp(o->path, path) == 0 && strcmp(o->etag, etag) == 0 && o->size == size) {
+            o->refs++;
+            pthread_mutex_unlock(&c->lock);
+            if (was_cached)
+                *was_cached = 1;
+            return o;
+        }
+    }
+    struct cache_obj *o = calloc(1, sizeof *o);
+    if (!o || !(o->path = strdup(path))) {
+        free(o);
+        pthread_mutex_unlock(&c->lock);
+        return NULL;
+    }
+    o->id = ++c->next_obj_id;
+    snprintf(o->etag, sizeof o->etag, "%s", etag);
+    o->size = size;
+    o->refs = 1;
+    o->hnext = c->objs[bucket];
+    c->objs[bucket] = o;
+    pthread_mutex_unlock(&c->lock);
+    if (was_cached)
+        *was_cached = 0;
+    return o;
+}
+
+void cache_obj_put(struct cache *c, struct cache_obj *o)
+{
+    if (!o)
+        return;
+    pthread_mutex_lock(&c->lock);
+    obj_unref_locked(c, o);
+    pthread_mutex_unlock(&c->lock);
+}
+
+uint64_t cache_obj_size(const struct cache_obj *o)
+{
+    return o->size;
+}
+
+/* ---- blocks ---- */
+
+static void block_free_locked(struct cache *c, struct cblock *b)
+{
+    if (b->buf && --b->buf->refs == 0)
+        free(b->buf);
+    obj_unref_locked(c, b->obj);
+    free(b);
+}
+
+static uint32_t block_len(const struct cache *c, const struct cache_obj *o, uint64_t idx)
+{
+    uint64_t start = idx * c->cfg.block_size;
+    uint64_t left = o->size - start;
+    return left < c->cfg.block_size ? (uint32_t)left : c->cfg.block_size;
+}
+
+/* Evict least recently used unpinned READY blocks until need more bytes
+ * fit. Returns 1 if they fit. */
+static int make_room_locked(struct cache *c, uint64_t need)
+{
+    struct cblock *b = c->lru.lru_prev;
+    while (c->st.bytes_cached + need > c->cfg.capacity && b != &c->lru) {
+        struct cblock *prev = b->lru_prev;
+        if (b->pins == 0) {
+            lru_unlink(b);
+            block_unhash(c, b);
+            c->st.bytes_cached -= b->len;
+            c->st.evictions++;
+            block_free_locked(c, b);
+        }
+        b = prev;
+    }
+    return c->st.bytes_cached + need <= c->cfg.capacity;
+}
+
+/* Insert a FETCHING block for (o, idx). Takes an object reference. */
+static struct cblock *block_insert_fetching(struct cache *c, struct cache_obj *o, uint64_t idx)
+{
+    struct cblock *b = calloc(1, sizeof *b);
+    if (!b)
+        return NULL;
+    b->obj = o;
+    o->refs++;
+    b->idx = idx;
+    b->state = BLOCK_FETCHING;
+    b->len = block_len(c, o, idx);
+    b->in_table = 1;
+    size_t h = block_bucket(c, o->id, idx);
+    b->hnext = c->blocks[h];
+    c->blocks[h] = b;
+    c->st.bytes_cached += b->len;
+    return b;
+}
+
+/* Fetch blocks [first, first+n) of o, all FETCHING and owned by the
+ * caller, then publish them READY or FAILED. Called without the lock. */
+static int fetch_run(struct cache *c, struct cache_obj *o, uint64_t first, uint32_t n,
+                     int background)
+{
+    uint64_t off = first * c->cfg.block_size;
+    uint64_t want = 0;
+    for (uint32_t i = 0; i < n; i++)
+        want += block_len(c, o, first + i);
+    struct cbuf *buf = malloc(sizeof *buf + want);
+    size_t got = 0;
+    int rc;
+    if (!buf)
+        rc = -ENOMEM;
+    else if (background && atomic_load(&c->stopping))
+        rc = -ESHUTDOWN;
+    else
+        rc = c->store->ops->read(c->store, o->path, o->etag, off, want, buf->data, &got);
+    if (rc == 0 && got != want) {
+        log_warn("%s: object shorter than expected (%zu of %llu bytes at %llu): changed on the "
+                 "store?",
+                 o->path, got, (unsigned long long)want, (unsigned long long)off);
+        rc = -ESTALE;
+    }
+    if (rc < 0 && rc != -ENOENT && rc != -ESTALE && rc != -ESHUTDOWN)
+        log_warn("%s: read of %llu bytes at %llu failed: %s", o->path, (unsigned long long)want,
+                 (unsigned long long)off, strerror(-rc));
+
+    pthread_mutex_lock(&c->lock);
+    if (rc == 0)
+        buf->refs = n;
+    else
+        c->st.fetch_errors++;
+    uint64_t pos = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        struct cblock *b = block_find(c, o, first + i);
+        if (rc == 0) {
+            b->buf = buf;
+            b->data = buf->data + pos;
+            b->state = BLOCK_READY;
+            lru_push_front(c, b);
+        } else {
+            b->state = BLOCK_FAILED;
+            b->err = rc;
+            block_unhash(c, b);
+            c->st.bytes_cached -= b->len;
+            if (b->pins == 0)
+                block_free_locked(c, b);
+        }
+        pos += block_len(c, o, first + i);
+    }
+    if (rc < 0)
+        free(buf);
+    pthread_cond_broadcast(&c->cond);
+    pthread_mutex_unlock(&c->lock);
+    return rc;
+}
+
+static void fetch_job_run(void *arg)
+{
+    struct fetch_job *j = arg;
+    fetch_run(j->c, j->obj, j->first, j->n, 1);
+    cache_obj_put(j->c, j->obj);
+    free(j);
+}
+
+/* Copy the bytes of block b that fall in [off, off+len) to dst. b is
+ * READY and pinned; called without the lock. */
+static void copy_from_block(struct cache *c, struct cblock *b, uint64_t off, size_t len, char *dst)
+{
+    uint64_t bstart = b->idx * c->cfg.block_size;
+    uint64_t from = off > bstart ? off : bstart;
+    uint64_t to = off + len < bstart + b->len ? off + len : bstart + b->len;
+    memcpy(dst + (from - off), b->data + (from - bstart), to - from);
+}
+
+ssize_t cache_read(struct cache *c, struct cache_obj *o, uint64_t off, size_t len, void *dst)
+{
+    if (off >= o->size)
+        return 0;
+    if (len > o->size - off)
+        len = o->size - off;
+    if (len == 0)
+        return 0;
+    uint64_t bs = c->cfg.block_size;
+    uint64_t first = off / bs, last = (off + len - 1) / bs;
+    int rc = 0;
+    uint64_t fetched_end = first; /* blocks below this were fetched by us: not hits */
+
+    pthread_mutex_lock(&c->lock);
+    for (uint64_t idx = first; idx <= last && rc == 0;) {
+        struct cblock *b = block_find(c, o, idx);
+        if (!b) {
+            /* Miss: claim the run of missing blocks from here and fetch it. */
+            uint32_t n = 0;
+            while (idx + n <= last && !block_find(c, o, idx + n))
+                n++;
+            make_room_locked(c, (uint64_t)n * bs);
+            for (uint32_t i = 0; i < n; i++) {
+                if (!block_insert_fetching(c, o, idx + i)) {
+                    n = i;
+                    break;
+                }
+            }
+            if (n == 0) {
+                rc = -ENOMEM;
+                break;
+            }
+            c->st.misses += n;
+            pthread_mutex_unlock(&c->lock);
+            rc = fetch_run(c, o, idx, n, 0);
+            pthread_mutex_lock(&c->lock);
+            fetched_end = idx + n;
+            continue; /* the blocks are READY now (may be evicted again: look up) */
+        }
+        b->pins++;
+        if (b->state == BLOCK_FETCHING) {
+            c->st.shared++;
+            while (b->state == BLOCK_FETCHING)
+                pthread_cond_wait(&c->cond, &c->lock);
+        } else if (idx >= fetched_end) {
+            c->st.hits++;
+        }
+        if (b->state == BLOCK_FAILED) {
+            rc = b->err;
+            if (--b->pins == 0)
+                block_free_locked(c, b);
+            break;
+        }
+        lru_touch(c, b);
+        pthread_mutex_unlock(&c->lock);
+        copy_from_block(c, b, off, len, dst);
+        pthread_mutex_lock(&c->lock);
+        b->pins--;
+        idx++;
+    }
+    pthread_mutex_unlock(&c->lock);
+    return rc < 0 ? rc : (ssize_t)len;
+}
+
+uint64_t cache_prefetch(struct cache *c, struct cache_obj *o, uint64_t off, uint64_t len)
+{
+    if (off >= o->size || len == 0)
+        return 0;
+    if (len > o->size - off)
+        len = o->size - off;
+    uint64_t bs = c->cfg.block_size;
+    uint64_t first = off / bs, last = (off + len - 1) / bs;
+    uint32_t max_run = c->cfg.request_size / c->cfg.block_size;
+    uint64_t scheduled = 0;
+
+    pthread_mutex_lock(&c->lock);
+    for (uint64_t idx = first; idx <= last;) {
+        if (block_find(c, o, idx)) {
+            idx++;
+            continue;
+        }
+        uint32_t n = 0;
+        while (n < max_run && idx + n <= last && !block_find(c, o, idx + n))
+            n++;
+        uint64_t bytes = 0;
+        for (uint32_t i = 0; i < n; i++)
+            bytes += block_len(c, o, idx + i);
+        if (!make_room_locked(c, bytes)) {
+            c->st.prefetch_skipped += last - idx + 1;
+            break;
+        }
+        struct fetch_job *j = malloc(sizeof *j);
+        if (!j)
+            break;
+        uint32_t made = 0;
+        while (made < n && block_insert_fetching(c, o, idx + made))
+            made++;
+        if (made == 0) {
+            free(j);
+            break;
+        }
+        o->refs++; /* the job's reference */
+        *j = (struct fetch_job){.c = c, .obj = o, .first = idx, .n = made};
+        if (workq_submit(c->wq, fetch_job_run, j) < 0) {
+            /* Shutting down: publish the claimed blocks as failed. */
+            for (uint32_t i = 0; i < made; i++) {
+                struct cblock *b = block_find(c, o, idx + i);
+                b->state = BLOCK_FAILED;
+                b->err = -ESHUTDOWN;
+                block_unhash(c, b);
+                c->st.bytes_cached -= b->len;
+                if (b->pins == 0)
+                    block_free_locked(c, b);
+            }
+            obj_unref_locked(c, o);
+            free(j);
+            pthread_cond_broadcast(&c->cond);
+            break;
+        }
+        c->st.prefetched += made;
+        for (uint32_t i = 0; i < made; i++)
+            scheduled += block_len(c, o, idx + i);
+        idx += made;
+    }
+    pthread_mutex_unlock(&c->lock);
+    return scheduled;
+}
+
+void cache_cancel(struct cache *c)
+{
+    atomic_store(&c->stopping, 1);
+}
+
+void cache_get_stats(struct cache *c, struct cache_stats *out)
+{
+    pthread_mutex_lock(&c->lock);
+    *out = c->st;
+    out->capacity = c->cfg.capacity;
+    pthread_mutex_unlock(&c->lock);
+}
+
+static size_t pow2_at_least(size_t n)
+{
+    size_t p = 64;
+    while (p < n)
+        p <<= 1;
+    return p;
+}
+
+int cache_create(struct store *store, struct workq *wq, const struct cache_config *cfg,
+                 struct cache **out)
+{
+    if (cfg->block_size == 0 || (cfg->block_size & (cfg->block_size - 1)) ||
+        cfg->request_size < cfg->block_size || cfg->request_size % cfg->block_size ||
+        cfg->capacity < cfg->block_size)
+        return -EINVAL;
+    struct cache *c = calloc(1, sizeof *c);
+    if (!c)
+        return -ENOMEM;
+    c->store = store;
+    c->wq = wq;
+    c->cfg = *cfg;
+    c->nbuckets = pow2_at_least(2 * (cfg->capacity / cfg->block_size));
+    c->nobj_buckets = 4096;
+    c->blocks = calloc(c->nbuckets, sizeof *c->blocks);
+    c->objs = calloc(c->nobj_buckets, sizeof *c->objs);
+    if (!c->blocks || !c->objs) {
+        free(c->blocks);
+        free(c->objs);
+        free(c);
+        return -ENOMEM;
+    }
+    c->lru.lru_next = c->lru.lru_prev = &c->lru;
+    pthread_mutex_init(&c->lock, NULL);
+    pthread_cond_init(&c->cond, NULL);
+    *out = c;
+    return 0;
+}
+
+void cache_destroy(struct cache *c)
+{
+    if (!c)
+        return;
+    pthread_mutex_lock(&c->lock);
+    while (c->lru.lru_next != &c->lru) {
+        struct cblock *b = c->lru.lru_next;
+        lru_unlink(b);
+        block_unhash(c, b);
+        block_free_locked(c, b);
+    }
+    pthread_mutex_unlock(&c->lock);
+    pthread_cond_destroy(&c->cond);
+    pthread_mutex_destroy(&c->lock);
+    free(c->blocks);
+    free(c->objs);
+    free(c);
+}

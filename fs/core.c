@@ -1,2 +1,372 @@
-/* fs/core.c - placeholder until the module lands. */
-typedef int ckptfs_placeholder_core;
+/*
+ * fs/core.c - filesystem logic without FUSE (see core.h).
+ *
+ * Metadata cache: a chained hash from store path to the store's answer
+ * (attributes, or ENOENT) with an expiry time. Listings fill it, so that
+ * "ls -l" of a large S3 prefix costs a few LIST pages, not one HEAD per
+ * entry. It is bounded: past META_MAX_ENTRIES, expired entries are purged
+ * and, if that is not enough, everything is dropped.
+ *
+ * Lock order: core->meta_lock, then nothing; a file's ra_lock, then the
+ * cache's lock (inside cache_prefetch).
+ */
+#include "core.h"
+
+#include "cache.h"
+#include "log.h"
+#include "readahead.h"
+#include "workq.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define META_MAX_ENTRIES 262144
+#define META_BUCKETS 65536
+
+struct meta_entry {
+    struct meta_entry *next;
+    double expires;
+    int err; /* 0 or -ENOENT */
+    struct store_stat st;
+    char path[];
+};
+
+struct core {
+    struct store *store;
+    struct core_config cfg;
+    struct workq *wq;
+    struct cache *cache;
+    uid_t uid;
+    gid_t gid;
+    double started;
+
+    pthread_mutex_t meta_lock;
+    struct meta_entry **meta; /* META_BUCKETS chains; protected by meta_lock */
+    size_t meta_count;
+
+    atomic_uint_fast64_t read_bytes; /* bytes returned to readers */
+    atomic_uint_fast64_t opens;
+    atomic_int open_files;
+};
+
+struct core_file {
+    struct cache_obj *obj;
+    pthread_mutex_t ra_lock;
+    struct readahead ra; /* protected by ra_lock */
+};
+
+void core_config_defaults(struct core_config *cfg)
+{
+    cfg->attr_timeout = 1.0;
+    cfg->cache_size = 1ull << 30;
+    cfg->block_size = 1u << 20;
+    cfg->request_size = 8u << 20;
+    cfg->readahead_min = 1u << 20;
+    cfg->readahead_max = 256u << 20;
+    cfg->workers = 8;
+}
+
+static double now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* "/a/b" -> "a/b"; "/" -> "". */
+static const char *store_path(const char *path)
+{
+    while (*path == '/')
+        path++;
+    return path;
+}
+
+/* ---- metadata cache ---- */
+
+static size_t meta_bucket(const char *path)
+{
+    uint64_t h = 1469598103934665603ULL;
+    for (const char *p = path; *p; p++)
+        h = (h ^ (unsigned char)*p) * 1099511628211ULL;
+    return h % META_BUCKETS;
+}
+
+static void meta_purge_locked(struct core *core, int everything)
+{
+    double now = now_seconds();
+    for (size_t i = 0; i < META_BUCKETS; i++) {
+        struct meta_entry **pp = &core->meta[i];
+        while (*pp) {
+            struct meta_entry *e = *pp;
+            if (everything || e->expires <= now) {
+                *pp = e->next;
+                free(e);
+                core->meta_count--;
+            } else {
+                pp = &e->next;
+            }
+        }
+    }
+}
+
+static void meta_put(struct core *core, const char *path, int err, const struct store_stat *st)
+{
+    if (core->cfg.attr_timeout <= 0)
+        return;
+    size_t b = meta_bucket(path);
+    pthread_mutex_lock(&core->meta_lock);
+    struct meta_entry **pp = &core->meta[b];
+    while (*pp && strcmp((*pp)->path, path) != 0)
+        pp = &(*pp)->next;
+    struct meta_entry *e = *pp;
+    if (!e) {
+        if (core->meta_count >= META_MAX_ENTRIES) {
+            meta_purge_locked(core, 0);
+            if (core->meta_count >= META_MAX_ENTRIES)
+                meta_purge_locked(core, 1);
+            pp = &core->meta[b];
+        }
+        size_t n = strlen(path) + 1;
+        e = malloc(sizeof *e + n);
+        if (!e) {
+            pthread_mutex_unlock(&core->meta_lock);
+            return;
+        }
+        memcpy(e->path, path, n);
+        e->next = core->meta[b];
+        core->meta[b] = e;
+        core->meta_count++;
+    }
+    e->expires = now_seconds() + core->cfg.attr_timeout;
+    e->err = err;
+    if (st)
+        e->st = *st;
+    else
+        memset(&e->st, 0, sizeof e->st);
+    pthread_mutex_unlock(&core->meta_lock);
+}
+
+/* Returns 1 and fills err and st when a fresh entry exists. */
+static int meta_get(struct core *core, const char *path, int *err, struct store_stat *st)
+{
+    int found = 0;
+    pthread_mutex_lock(&core->meta_lock);
+    for (struct meta_entry *e = core->meta[meta_bucket(path)]; e; e = e->next) {
+        if (strcmp(e->path, path) == 0) {
+            if (e->expires > now_seconds()) {
+                *err = e->err;
+                *st = e->st;
+                found = 1;
+            }
+            break;
+        }
+    }
+    pthread_mutex_unlock(&core->meta_lock);
+    return found;
+}
+
+/* Attributes of a store path, from the metadata cache or the store. */
+static int lookup(struct core *core, const char *spath, struct store_stat *st)
+{
+    int err;
+    if (meta_get(core, spath, &err, st))
+        return err;
+    err = core->store->ops->stat(core->store, spath, st);
+    if (err == 0 || err == -ENOENT)
+        meta_put(core, spath, err, err == 0 ? st : NULL);
+    return err;
+}
+
+static void to_stat(const struct core *core, const struct store_stat *s, struct stat *st)
+{
+    memset(st, 0, sizeof *st);
+    if (s->is_dir) {
+        st->st_mode = S_IFDIR | 0555;
+        st->st_nlink = 2;
+    } else {
+        st->st_mode = S_IFREG | 0444;
+        st->st_nlink = 1;
+        st->st_size = (off_t)s->size;
+        st->st_blocks = (blkcnt_t)((s->size + 511) / 512);
+    }
+    st->st_blksize = (blksize_t)core->cfg.block_size;
+    st->st_uid = core->uid;
+    st->st_gid = core->gid;
+    st->st_mtim.tv_sec = s->mtime;
+    st->st_ctim.tv_sec = s->mtime;
+    st->st_atim.tv_sec = s->mtime;
+}
+
+int core_getattr(struct core *core, const char *path, struct stat *st)
+{
+    struct store_stat s;
+    int rc = lookup(core, store_path(path), &s);
+    if (rc < 0)
+        return rc;
+    to_stat(core, &s, st);
+    return 0;
+}
+
+struct readdir_ctx {
+    struct core *core;
+    const char *dir; /* store path of the directory */
+    core_fill_fn fill;
+    void *arg;
+    char child[4096];
+};
+
+static int readdir_entry(void *arg, const char *name, const struct store_stat *s)
+{
+    struct readdir_ctx *rc = arg;
+    int n = snprintf(rc->child, sizeof rc->child, "%s%s%s", rc->dir, *rc->dir ? "/" : "", name);
+    if (n > 0 && (size_t)n < sizeof rc->child)
+        meta_put(rc->core, rc->child, 0, s);
+    struct stat st;
+    to_stat(rc->core, s, &st);
+    return rc->fill(rc->arg, name, &st);
+}
+
+int core_readdir(struct core *core, const char *path, core_fill_fn fill, void *arg)
+{
+    struct readdir_ctx ctx = {.core = core, .dir = store_path(path), .fill = fill, .arg = arg};
+    return core->store->ops->list(core->store, ctx.dir, readdir_entry, &ctx);
+}
+
+int core_open(struct core *core, const char *path, int flags, struct core_file **out,
+              int *keep_cache)
+{
+    if ((flags & O_ACCMODE) != O_RDONLY)
+        return -EROFS;
+    const char *spath = store_path(path);
+    struct store_stat s;
+    int rc = lookup(core, spath, &s);
+    if (rc < 0)
+        return rc;
+    if (s.is_dir)
+        return -EISDIR;
+    struct core_file *f = calloc(1, sizeof *f);
+    if (!f)
+        return -ENOMEM;
+    f->obj = cache_obj_get(core->cache, spath, s.etag, s.size, keep_cache);
+    if (!f->obj) {
+        free(f);
+        return -ENOMEM;
+    }
+    pthread_mutex_init(&f->ra_lock, NULL);
+    readahead_init(&f->ra, core->cfg.readahead_min, core->cfg.readahead_max);
+    atomic_fetch_add(&core->opens, 1);
+    atomic_fetch_add(&core->open_files, 1);
+    *out = f;
+    return 0;
+}
+
+ssize_t core_read(struct core *core, struct core_file *f, void *buf, size_t len, uint64_t off)
+{
+    uint64_t size = cache_obj_size(f->obj);
+    if (off >= size)
+        return 0;
+    if (len > size - off)
+        len = (size_t)(size - off);
+    uint64_t ahead_off, ahead_len;
+    pthread_mutex_lock(&f->ra_lock);
+    readahead_advise(&f->ra, off, len, size, &ahead_off, &ahead_len);
+    pthread_mutex_unlock(&f->ra_lock);
+    if (ahead_len)
+        cache_prefetch(core->cache, f->obj, ahead_off, ahead_len);
+    ssize_t n = cache_read(core->cache, f->obj, off, len, buf);
+    if (n > 0)
+        atomic_fetch_add(&core->read_bytes, (uint64_t)n);
+    return n;
+}
+
+void core_release(struct core *core, struct core_file *f)
+{
+    cache_obj_put(core->cache, f->obj);
+    pthread_mutex_destroy(&f->ra_lock);
+    free(f);
+    atomic_fetch_sub(&core->open_files, 1);
+}
+
+int core_stats_json(struct core *core, char *buf, size_t len)
+{
+    struct cache_stats cs;
+    cache_get_stats(core->cache, &cs);
+    const struct store_counters *sc = &core->store->counters;
+    return snprintf(
+        buf, len,
+        "{\"store\": \"%s\", \"uptime_s\": %.3f, \"open_files\": %d, \"opens\": %llu, "
+        "\"read_bytes\": %llu, \"get_requests\": %llu, \"get_bytes\": %llu, "
+        "\"head_requests\": %llu, \"list_requests\": %llu, \"retries\": %llu, \"errors\": %llu, "
+        "\"cache\": {\"hits\": %llu, \"misses\": %llu, \"shared\": %llu, \"prefetched\": %llu, "
+        "\"prefetch_skipped\": %llu, \"evictions\": %llu, \"fetch_errors\": %llu, "
+        "\"bytes_cached\": %llu, \"capacity\": %llu, \"block_size\": %u}}\n",
+        core->store->ops->scheme, now_seconds() - core->started, atomic_load(&core->open_files),
+        (unsigned long long)atomic_load(&core->opens),
+        (unsigned long long)atomic_load(&core->read_bytes),
+        (unsigned long long)atomic_load(&sc->get_requests),
+        (unsigned long long)atomic_load(&sc->get_bytes),
+        (unsigned long long)atomic_load(&sc->head_requests),
+        (unsigned long long)atomic_load(&sc->list_requests),
+        (unsigned long long)atomic_load(&sc->retries),
+        (unsigned long long)atomic_load(&sc->errors), (unsigned long long)cs.hits,
+        (unsigned long long)cs.misses, (unsigned long long)cs.shared,
+        (unsigned long long)cs.prefetched, (unsigned long long)cs.prefetch_skipped,
+        (unsigned long long)cs.evictions, (unsigned long long)cs.fetch_errors,
+        (unsigned long long)cs.bytes_cached, (unsigned long long)cs.capacity,
+        core->cfg.block_size);
+}
+
+int core_create(struct store *store, const struct core_config *cfg, struct core **out)
+{
+    struct core *core = calloc(1, sizeof *core);
+    if (!core)
+        return -ENOMEM;
+    core->store = store;
+    core->cfg = *cfg;
+    if (core->cfg.readahead_max > cfg->cache_size / 4)
+        core->cfg.readahead_max = cfg->cache_size / 4;
+    if (core->cfg.readahead_min > core->cfg.readahead_max)
+        core->cfg.readahead_min = core->cfg.readahead_max;
+    core->uid = getuid();
+    core->gid = getgid();
+    core->started = now_seconds();
+    pthread_mutex_init(&core->meta_lock, NULL);
+    core->meta = calloc(META_BUCKETS, sizeof *core->meta);
+    int rc = core->meta ? workq_create(cfg->workers, &core->wq) : -ENOMEM;
+    if (rc == 0) {
+        struct cache_config cc = {.capacity = cfg->cache_size,
+                                  .block_size = cfg->block_size,
+                                  .request_size = cfg->request_size};
+        rc = cache_create(store, core->wq, &cc, &core->cache);
+    }
+    if (rc < 0) {
+        workq_destroy(core->wq);
+        free(core->meta);
+        free(core);
+        return rc;
+    }
+    *out = core;
+    return 0;
+}
+
+void core_destroy(struct core *core)
+{
+    if (!core)
+        return;
+    cache_cancel(core->cache);
+    workq_destroy(core->wq); /* waits for fetches already under way */
+    cache_destroy(core->cache);
+    pthread_mutex_lock(&core->meta_lock);
+    meta_purge_locked(core, 1);
+    pthread_mutex_unlock(&core->meta_lock);
+    pthread_mutex_destroy(&core->meta_lock);
+    free(core->meta);
+    free(core);
+}

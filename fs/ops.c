@@ -1,2 +1,143 @@
-/* fs/ops.c - placeholder until the module lands. */
-typedef int ckptfs_placeholder_ops;
+/*
+ * fs/ops.c - FUSE adapter (high-level, path-based API).
+ *
+ * Each callback unpacks the request, calls the core, and returns its
+ * result; nothing here decides filesystem behaviour. The open file's
+ * struct core_file travels in fi->fh. Statistics are served as the
+ * extended attribute user.ckptfs.stats of the mount root.
+ */
+#include "ops.h"
+
+#include "core.h"
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+static struct ops_context *ctx(void)
+{
+    return fuse_get_context()->private_data;
+}
+
+static void *op_init(struct fuse_conn_info *conn, struct fuse_config *cfg)
+{
+    struct ops_context *c = ctx();
+    cfg->entry_timeout = c->attr_timeout;
+    cfg->attr_timeout = c->attr_timeout;
+    cfg->negative_timeout = c->attr_timeout;
+    cfg->use_ino = 0;
+    cfg->kernel_cache = 0; /* decided per open from the object's version */
+    conn->max_readahead = c->max_readahead;
+    conn->max_write = 1u << 20; /* also raises max_pages, so reads of 1 MiB */
+    conn->max_background = 64;
+    conn->congestion_threshold = 48;
+    return c;
+}
+
+static int op_getattr(const char *path, struct stat *st, struct fuse_file_info *fi)
+{
+    (void)fi;
+    return core_getattr(ctx()->core, path, st);
+}
+
+struct fill_ctx {
+    void *buf;
+    fuse_fill_dir_t filler;
+};
+
+static int fill_one(void *arg, const char *name, const struct stat *st)
+{
+    struct fill_ctx *fc = arg;
+    return fc->filler(fc->buf, name, st, 0, FUSE_FILL_DIR_PLUS);
+}
+
+static int op_readdir(const char *path, void *buf, fuse_fill_dir_t filler, off_t off,
+                      struct fuse_file_info *fi, enum fuse_readdir_flags flags)
+{
+    (void)off;
+    (void)fi;
+    (void)flags;
+    struct stat dot;
+    int rc = core_getattr(ctx()->core, path, &dot);
+    if (rc < 0)
+        return rc;
+    filler(buf, ".", &dot, 0, 0);
+    filler(buf, "..", NULL, 0, 0);
+    struct fill_ctx fc = {.buf = buf, .filler = filler};
+    return core_readdir(ctx()->core, path, fill_one, &fc);
+}
+
+static int op_open(const char *path, struct fuse_file_info *fi)
+{
+    struct core_file *f;
+    int keep = 0;
+    int rc = core_open(ctx()->core, path, fi->flags, &f, &keep);
+    if (rc < 0)
+        return rc;
+    fi->fh = (uint64_t)(uintptr_t)f;
+    fi->keep_cache = keep;
+    return 0;
+}
+
+static int op_read(const char *path, char *buf, size_t size, off_t off, struct fuse_file_info *fi)
+{
+    (void)path;
+    if (off < 0)
+        return -EINVAL;
+    struct core_file *f = (struct core_file *)(uintptr_t)fi->fh;
+    ssize_t n = core_read(ctx()->core, f, buf, size, (uint64_t)off);
+    return (int)n;
+}
+
+static int op_release(const char *path, struct fuse_file_info *fi)
+{
+    (void)path;
+    core_release(ctx()->core, (struct core_file *)(uintptr_t)fi->fh);
+    return 0;
+}
+
+static int op_getxattr(const char *path, const char *name, char *value, size_t size)
+{
+    if (strcmp(path, "/") != 0 || strcmp(name, CKPTFS_STATS_XATTR) != 0)
+        return -ENODATA;
+    char tmp[4096];
+    int n = core_stats_json(ctx()->core, tmp, sizeof tmp);
+    if (n < 0 || (size_t)n >= sizeof tmp)
+        return -EIO;
+    if (size == 0)
+        return n;
+    if ((size_t)n > size)
+        return -ERANGE;
+    memcpy(value, tmp, (size_t)n);
+    return n;
+}
+
+static int op_listxattr(const char *path, char *list, size_t size)
+{
+    if (strcmp(path, "/") != 0)
+        return 0;
+    size_t n = sizeof CKPTFS_STATS_XATTR;
+    if (size == 0)
+        return (int)n;
+    if (n > size)
+        return -ERANGE;
+    memcpy(list, CKPTFS_STATS_XATTR, n);
+    return (int)n;
+}
+
+static const struct fuse_operations ckptfs_ops = {
+    .init = op_init,
+    .getattr = op_getattr,
+    .readdir = op_readdir,
+    .open = op_open,
+    .read = op_read,
+    .release = op_release,
+    .getxattr = op_getxattr,
+    .listxattr = op_listxattr,
+};
+
+const struct fuse_operations *ckptfs_fuse_operations(void)
+{
+    return &ckptfs_ops;
+}

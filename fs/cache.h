@@ -1,0 +1,78 @@
+/*
+ * fs/cache.h - the bounded in-memory block cache between readers and a store.
+ *
+ * Objects (one version of one store file: path + etag + size) are cut into
+ * fixed-size blocks. A block is fetched once, by whoever needs it first,
+ * and every concurrent reader of the same bytes waits for that one fetch
+ * instead of issuing its own. Readers fetch what they miss in their own
+ * thread (one ranged GET per contiguous run of missing blocks); readahead
+ * and, later, the index-guided prefetcher ask for exact byte ranges with
+ * cache_prefetch(), which splits them into requests of request_size and
+ * hands them to the worker pool, so several GETs are in flight at once.
+ * Memory is bounded by capacity: ready blocks are evicted least recently
+ * used first; blocks being copied or fetched are pinned. Background
+ * prefetch is skipped rather than overcommit; demand reads may exceed the
+ * bound briefly.
+ */
+#ifndef CKPTFS_CACHE_H
+#define CKPTFS_CACHE_H
+
+#include "store.h"
+#include "workq.h"
+
+#include <stdint.h>
+#include <sys/types.h>
+
+struct cache;
+struct cache_obj;
+
+struct cache_config {
+    uint64_t capacity;     /* bytes of block data held at most */
+    uint32_t block_size;   /* bytes per block (power of two), e.g. 1 MiB */
+    uint32_t request_size; /* largest single background GET, a multiple of block_size */
+};
+
+struct cache_stats {
+    uint64_t hits;            /* blocks served from memory */
+    uint64_t misses;          /* blocks a reader had to fetch itself */
+    uint64_t shared;          /* blocks a reader waited for another's fetch of */
+    uint64_t prefetched;      /* blocks fetched in the background */
+    uint64_t prefetch_skipped; /* background blocks skipped: cache full of pinned data */
+    uint64_t evictions;       /* blocks dropped to stay within capacity */
+    uint64_t fetch_errors;    /* fetches that failed */
+    uint64_t bytes_cached;    /* current block bytes held */
+    uint64_t capacity;
+};
+
+int cache_create(struct store *store, struct workq *wq, const struct cache_config *cfg,
+                 struct cache **out);
+
+/* Make queued background fetches fail at once instead of doing I/O (used
+ * at unmount, so a dead server cannot hold it up). */
+void cache_cancel(struct cache *c);
+
+/* Drops every block. All objects must have been released and the work
+ * queue drained (workq_destroy) before. */
+void cache_destroy(struct cache *c);
+
+/* The object for (path, etag, size), shared by every open of that version.
+ * *was_cached (may be NULL) is set to 1 when it was already known, i.e.
+ * earlier data of this very version may still be cached (the kernel's page
+ * cache can be kept). Returns NULL only when out of memory. */
+struct cache_obj *cache_obj_get(struct cache *c, const char *path, const char *etag,
+                                uint64_t size, int *was_cached);
+void cache_obj_put(struct cache *c, struct cache_obj *o);
+uint64_t cache_obj_size(const struct cache_obj *o);
+
+/* Copy [off, off+len) of o (clamped to its size) into dst. Returns the bytes
+ * copied or a negative errno from the store (-EIO, -ESTALE, ...). */
+ssize_t cache_read(struct cache *c, struct cache_obj *o, uint64_t off, size_t len, void *dst);
+
+/* Schedule background fetches of [off, off+len) of o (clamped). Blocks
+ * already cached or in flight are skipped. Never waits for I/O. Returns
+ * the number of bytes newly scheduled. */
+uint64_t cache_prefetch(struct cache *c, struct cache_obj *o, uint64_t off, uint64_t len);
+
+void cache_get_stats(struct cache *c, struct cache_stats *out);
+
+#endif
