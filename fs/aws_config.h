@@ -20,15 +20,15 @@
 #include <stddef.h>
 
 #define AWS_DEFAULT_REGION_NAME "us-east-1"
-#define AWS_INI_MAX_BYTES (1u << 20)  /* larger shared files are refused */
-#define AWS_INI_MAX_LINE 16384        /* session tokens can be a few KB */
+#define AWS_INI_MAX_BYTES (1u << 20) /* larger shared files are refused */
+#define AWS_INI_MAX_LINE 16384       /* session tokens can be a few KB */
 #define AWS_INI_MAX_ENTRIES 10000
 
 enum aws_cred_source {
-    AWS_CRED_NONE = 0,          /* anonymous */
-    AWS_CRED_ENV,               /* AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY */
-    AWS_CRED_CREDENTIALS_FILE,  /* shared credentials file */
-    AWS_CRED_CONFIG_FILE,       /* shared config file */
+    AWS_CRED_NONE = 0,         /* anonymous */
+    AWS_CRED_ENV,              /* AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY */
+    AWS_CRED_CREDENTIALS_FILE, /* shared credentials file */
+    AWS_CRED_CONFIG_FILE,      /* shared config file */
 };
 
 enum aws_addressing {

@@ -106,6 +106,7 @@ struct s3_error_class s3_error_transport(enum s3_transport t)
         [S3T_RESOLVE] = {EHOSTUNREACH, EIO, S3_RETRY_IF_REACHED, S3K_UNREACHABLE},
         [S3T_REFUSED] = {ECONNREFUSED, EIO, S3_RETRY_IF_REACHED, S3K_UNREACHABLE},
         [S3T_RESET] = {ECONNRESET, EIO, S3_RETRY, S3K_CONNECTION},
+        [S3T_TLS_HANDSHAKE] = {EPROTO, EIO, S3_RETRY_IF_REACHED, S3K_UNREACHABLE},
         [S3T_TLS] = {EPROTO, EIO, S3_NO_RETRY, S3K_UNREACHABLE},
         [S3T_BODY_LIMIT] = {EFBIG, EIO, S3_NO_RETRY, S3K_OTHER},
         [S3T_OTHER] = {EIO, EIO, S3_NO_RETRY, S3K_OTHER},
@@ -165,8 +166,8 @@ char *s3_error_mount_message(const struct s3_mount_failure *f, char *buf, size_t
         snprintf(buf, len, "bucket '%s' does not exist (%s)", bucket, code);
         break;
     case S3K_ACCESS:
-        snprintf(buf, len, "access denied to s3://%s/%s%s (%s): check credentials", bucket,
-                 prefix, sep, code);
+        snprintf(buf, len, "access denied to s3://%s/%s%s (%s): check credentials", bucket, prefix,
+                 sep, code);
         break;
     case S3K_SIGNATURE:
         snprintf(buf, len, "signature rejected (%s): check the secret key and region", code);
@@ -178,8 +179,9 @@ char *s3_error_mount_message(const struct s3_mount_failure *f, char *buf, size_t
         region_message(f, code, buf, len);
         break;
     default:
-        snprintf(buf, len, "s3://%s/: %s%s%s%s%s", bucket, status_code, f->code && *f->code ? " " : "",
-                 nz(f->code, ""), f->message && *f->message ? ": " : "", nz(f->message, ""));
+        snprintf(buf, len, "s3://%s/: %s%s%s%s%s", bucket, status_code,
+                 f->code && *f->code ? " " : "", nz(f->code, ""),
+                 f->message && *f->message ? ": " : "", nz(f->message, ""));
         break;
     }
     return buf;

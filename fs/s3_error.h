@@ -20,37 +20,38 @@ enum s3_retry {
 /* What kind of failure, for the user-facing message at mount. */
 enum s3_error_kind {
     S3K_OTHER = 0,
-    S3K_NOT_FOUND,      /* object or key missing */
-    S3K_NO_BUCKET,      /* bucket missing */
-    S3K_ACCESS,         /* denied, bad key id, expired token */
-    S3K_SIGNATURE,      /* signature rejected */
-    S3K_CLOCK,          /* request time too skewed */
-    S3K_REGION,         /* wrong region / redirect */
-    S3K_STALE,          /* precondition (If-Match) failed */
-    S3K_RANGE,          /* range not satisfiable */
-    S3K_THROTTLE,       /* slow down, too many requests */
-    S3K_SERVER,         /* 5xx */
-    S3K_TIMEOUT,        /* no progress / request timeout */
-    S3K_UNREACHABLE,    /* DNS, refused, TLS: never got an HTTP answer */
-    S3K_CONNECTION,     /* connection broke mid-request */
+    S3K_NOT_FOUND,   /* object or key missing */
+    S3K_NO_BUCKET,   /* bucket missing */
+    S3K_ACCESS,      /* denied, bad key id, expired token */
+    S3K_SIGNATURE,   /* signature rejected */
+    S3K_CLOCK,       /* request time too skewed */
+    S3K_REGION,      /* wrong region / redirect */
+    S3K_STALE,       /* precondition (If-Match) failed */
+    S3K_RANGE,       /* range not satisfiable */
+    S3K_THROTTLE,    /* slow down, too many requests */
+    S3K_SERVER,      /* 5xx */
+    S3K_TIMEOUT,     /* no progress / request timeout */
+    S3K_UNREACHABLE, /* DNS, refused, TLS: never got an HTTP answer */
+    S3K_CONNECTION,  /* connection broke mid-request */
 };
 
 /* Transport-level outcome of a request (no HTTP status available). */
 enum s3_transport {
     S3T_OK = 0,
-    S3T_TIMEOUT,    /* connect or no-progress timeout */
-    S3T_RESOLVE,    /* DNS failure */
-    S3T_REFUSED,    /* couldn't connect */
-    S3T_RESET,      /* send/recv error, empty reply, partial body */
-    S3T_TLS,        /* TLS handshake / certificate */
-    S3T_BODY_LIMIT, /* response bigger than we accept (our own abort) */
+    S3T_TIMEOUT,       /* connect or no-progress timeout */
+    S3T_RESOLVE,       /* DNS failure */
+    S3T_REFUSED,       /* couldn't connect */
+    S3T_RESET,         /* send/recv error, empty reply, partial body */
+    S3T_TLS_HANDSHAKE, /* TLS handshake failed (reset, or not TLS at all) */
+    S3T_TLS,           /* certificate problems */
+    S3T_BODY_LIMIT,    /* response bigger than we accept (our own abort) */
     S3T_OTHER,
 };
 
 struct s3_error_class {
-    int err;              /* errno while classifying, e.g. EAGAIN for throttling */
-    int final_err;        /* errno returned to callers once retries are over */
-    enum s3_retry retry;  /* whether to retry */
+    int err;             /* errno while classifying, e.g. EAGAIN for throttling */
+    int final_err;       /* errno returned to callers once retries are over */
+    enum s3_retry retry; /* whether to retry */
     enum s3_error_kind kind;
 };
 

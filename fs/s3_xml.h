@@ -18,17 +18,17 @@
 struct s3_object {
     char *key;
     uint64_t size;
-    int64_t mtime;              /* LastModified, seconds since the epoch (0 if absent) */
-    char etag[STORE_ETAG_MAX];  /* as sent, quotes included; "" if absent or too long */
+    int64_t mtime;             /* LastModified, seconds since the epoch (0 if absent) */
+    char etag[STORE_ETAG_MAX]; /* as sent, quotes included; "" if absent or too long */
 };
 
 struct s3_list_page {
     struct s3_object *objects; /* <Contents> */
     size_t nobjects;
-    char **prefixes;           /* <CommonPrefixes><Prefix> */
+    char **prefixes; /* <CommonPrefixes><Prefix> */
     size_t nprefixes;
-    int is_truncated;          /* <IsTruncated>true */
-    char *next_token;          /* <NextContinuationToken>, NULL if none */
+    int is_truncated; /* <IsTruncated>true */
+    char *next_token; /* <NextContinuationToken>, NULL if none */
 };
 
 struct s3_error_body {

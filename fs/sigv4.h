@@ -31,9 +31,9 @@ struct sigv4_pair {
 };
 
 struct sigv4_request {
-    const char *method;              /* "GET", "HEAD", ... */
-    const char *path;                /* raw absolute path, e.g. "/bucket/a b.txt" */
-    const struct sigv4_pair *query;  /* raw names and values, any order */
+    const char *method;             /* "GET", "HEAD", ... */
+    const char *path;               /* raw absolute path, e.g. "/bucket/a b.txt" */
+    const struct sigv4_pair *query; /* raw names and values, any order */
     size_t nquery;
     const struct sigv4_pair *headers; /* every header to sign, any case and order */
     size_t nheaders;
@@ -74,8 +74,7 @@ char *sigv4_canonical_request(const struct sigv4_request *req, char **signed_hea
 char *sigv4_scope(const char *amz_date, const char *region, const char *service);
 
 /* AWS4-HMAC-SHA256 \n amz_date \n scope \n hex(sha256(canonical_request)). */
-char *sigv4_string_to_sign(const char *amz_date, const char *scope,
-                           const char *canonical_request);
+char *sigv4_string_to_sign(const char *amz_date, const char *scope, const char *canonical_request);
 
 /* kSigning = HMAC chain over "AWS4"+secret, date (YYYYMMDD), region, service,
  * "aws4_request". Returns 0, or -1 on bad input. */
