@@ -33,7 +33,7 @@ struct cbuf {
 };
 
 struct cblock {
-    struct cblock *hnext;              /* hash chain */
+    struct cblock *hnext;               /* hash chain */
     struct cblock *lru_prev, *lru_next; /* LRU list, READY blocks only */
     struct cache_obj *obj;
     uint64_t idx;
@@ -157,8 +157,8 @@ static void obj_unref_locked(struct cache *c, struct cache_obj *o)
     free(o);
 }
 
-struct cache_obj *cache_obj_get(struct cache *c, const char *path, const char *etag,
-                                uint64_t size, int *was_cached)
+struct cache_obj *cache_obj_get(struct cache *c, const char *path, const char *etag, uint64_t size,
+                                int *was_cached)
 {
     size_t bucket = hash_str(path) & (c->nobj_buckets - 1);
     pthread_mutex_lock(&c->lock);

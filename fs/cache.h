@@ -33,14 +33,14 @@ struct cache_config {
 };
 
 struct cache_stats {
-    uint64_t hits;            /* blocks served from memory */
-    uint64_t misses;          /* blocks a reader had to fetch itself */
-    uint64_t shared;          /* blocks a reader waited for another's fetch of */
-    uint64_t prefetched;      /* blocks fetched in the background */
+    uint64_t hits;             /* blocks served from memory */
+    uint64_t misses;           /* blocks a reader had to fetch itself */
+    uint64_t shared;           /* blocks a reader waited for another's fetch of */
+    uint64_t prefetched;       /* blocks fetched in the background */
     uint64_t prefetch_skipped; /* background blocks skipped: cache full of pinned data */
-    uint64_t evictions;       /* blocks dropped to stay within capacity */
-    uint64_t fetch_errors;    /* fetches that failed */
-    uint64_t bytes_cached;    /* current block bytes held */
+    uint64_t evictions;        /* blocks dropped to stay within capacity */
+    uint64_t fetch_errors;     /* fetches that failed */
+    uint64_t bytes_cached;     /* current block bytes held */
     uint64_t capacity;
 };
 
@@ -59,8 +59,8 @@ void cache_destroy(struct cache *c);
  * *was_cached (may be NULL) is set to 1 when it was already known, i.e.
  * earlier data of this very version may still be cached (the kernel's page
  * cache can be kept). Returns NULL only when out of memory. */
-struct cache_obj *cache_obj_get(struct cache *c, const char *path, const char *etag,
-                                uint64_t size, int *was_cached);
+struct cache_obj *cache_obj_get(struct cache *c, const char *path, const char *etag, uint64_t size,
+                                int *was_cached);
 void cache_obj_put(struct cache *c, struct cache_obj *o);
 uint64_t cache_obj_size(const struct cache_obj *o);
 

@@ -314,13 +314,11 @@ int core_stats_json(struct core *core, char *buf, size_t len)
         (unsigned long long)atomic_load(&sc->get_bytes),
         (unsigned long long)atomic_load(&sc->head_requests),
         (unsigned long long)atomic_load(&sc->list_requests),
-        (unsigned long long)atomic_load(&sc->retries),
-        (unsigned long long)atomic_load(&sc->errors), (unsigned long long)cs.hits,
-        (unsigned long long)cs.misses, (unsigned long long)cs.shared,
+        (unsigned long long)atomic_load(&sc->retries), (unsigned long long)atomic_load(&sc->errors),
+        (unsigned long long)cs.hits, (unsigned long long)cs.misses, (unsigned long long)cs.shared,
         (unsigned long long)cs.prefetched, (unsigned long long)cs.prefetch_skipped,
         (unsigned long long)cs.evictions, (unsigned long long)cs.fetch_errors,
-        (unsigned long long)cs.bytes_cached, (unsigned long long)cs.capacity,
-        core->cfg.block_size);
+        (unsigned long long)cs.bytes_cached, (unsigned long long)cs.capacity, core->cfg.block_size);
 }
 
 int core_create(struct store *store, const struct core_config *cfg, struct core **out)

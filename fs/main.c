@@ -86,11 +86,28 @@ static long long parse_size(const char *s)
         return -1;
     long long mul = 1;
     switch (*end) {
-    case 'k': case 'K': mul = 1ll << 10; end++; break;
-    case 'm': case 'M': mul = 1ll << 20; end++; break;
-    case 'g': case 'G': mul = 1ll << 30; end++; break;
-    case 't': case 'T': mul = 1ll << 40; end++; break;
-    default: break;
+    case 'k':
+    case 'K':
+        mul = 1ll << 10;
+        end++;
+        break;
+    case 'm':
+    case 'M':
+        mul = 1ll << 20;
+        end++;
+        break;
+    case 'g':
+    case 'G':
+        mul = 1ll << 30;
+        end++;
+        break;
+    case 't':
+    case 'T':
+        mul = 1ll << 40;
+        end++;
+        break;
+    default:
+        break;
     }
     if (*end == 'i' || *end == 'B')
         end += (*end == 'i' && end[1] == 'B') ? 2 : 1;
@@ -125,9 +142,20 @@ static void add_fuse_opt(struct options *o, const char *opt)
 }
 
 enum {
-    OPT_ENDPOINT = 256, OPT_REGION, OPT_PROFILE, OPT_PATH_STYLE, OPT_MAXCONN, OPT_CONNECT_TIMEOUT,
-    OPT_TIMEOUT, OPT_RETRIES, OPT_CACHE_DIR, OPT_CACHE_SIZE, OPT_READAHEAD, OPT_ATTR_TIMEOUT,
-    OPT_LOG_LEVEL, OPT_LOG_FILE,
+    OPT_ENDPOINT = 256,
+    OPT_REGION,
+    OPT_PROFILE,
+    OPT_PATH_STYLE,
+    OPT_MAXCONN,
+    OPT_CONNECT_TIMEOUT,
+    OPT_TIMEOUT,
+    OPT_RETRIES,
+    OPT_CACHE_DIR,
+    OPT_CACHE_SIZE,
+    OPT_READAHEAD,
+    OPT_ATTR_TIMEOUT,
+    OPT_LOG_LEVEL,
+    OPT_LOG_FILE,
 };
 
 static int parse_options(int argc, char **argv, struct options *o)
@@ -156,16 +184,37 @@ static int parse_options(int argc, char **argv, struct options *o)
     long long size;
     while ((c = getopt_long(argc, argv, "+fdso:hV", longopts, NULL)) != -1) {
         switch (c) {
-        case 'f': o->foreground = 1; break;
-        case 'd': o->debug = o->foreground = 1; log_set_level(LOG_LVL_DEBUG); break;
-        case 's': o->single_thread = 1; break;
-        case 'o': add_fuse_opt(o, optarg); break;
-        case 'h': usage(stdout); exit(0);
-        case 'V': printf("ckptfs %s\n", CKPTFS_VERSION); exit(0);
-        case OPT_ENDPOINT: o->store.endpoint_url = optarg; break;
-        case OPT_REGION: o->store.region = optarg; break;
-        case OPT_PROFILE: o->store.profile = optarg; break;
-        case OPT_PATH_STYLE: o->store.force_path_style = 1; break;
+        case 'f':
+            o->foreground = 1;
+            break;
+        case 'd':
+            o->debug = o->foreground = 1;
+            log_set_level(LOG_LVL_DEBUG);
+            break;
+        case 's':
+            o->single_thread = 1;
+            break;
+        case 'o':
+            add_fuse_opt(o, optarg);
+            break;
+        case 'h':
+            usage(stdout);
+            exit(0);
+        case 'V':
+            printf("ckptfs %s\n", CKPTFS_VERSION);
+            exit(0);
+        case OPT_ENDPOINT:
+            o->store.endpoint_url = optarg;
+            break;
+        case OPT_REGION:
+            o->store.region = optarg;
+            break;
+        case OPT_PROFILE:
+            o->store.profile = optarg;
+            break;
+        case OPT_PATH_STYLE:
+            o->store.force_path_style = 1;
+            break;
         case OPT_MAXCONN:
             o->store.max_connections = atoi(optarg);
             if (o->store.max_connections < 1 || o->store.max_connections > 256)
@@ -188,7 +237,9 @@ static int parse_options(int argc, char **argv, struct options *o)
             if (o->store.max_retries == 0)
                 o->store.max_retries = -1; /* 0 in store_options means "default" */
             break;
-        case OPT_CACHE_DIR: o->cache_dir = optarg; break;
+        case OPT_CACHE_DIR:
+            o->cache_dir = optarg;
+            break;
         case OPT_CACHE_SIZE:
             size = parse_size(optarg);
             if (size < (16ll << 20))
@@ -207,13 +258,20 @@ static int parse_options(int argc, char **argv, struct options *o)
             o->core.attr_timeout = secs;
             break;
         case OPT_LOG_LEVEL:
-            if (!strcmp(optarg, "error")) log_set_level(LOG_LVL_ERROR);
-            else if (!strcmp(optarg, "warn")) log_set_level(LOG_LVL_WARN);
-            else if (!strcmp(optarg, "info")) log_set_level(LOG_LVL_INFO);
-            else if (!strcmp(optarg, "debug")) log_set_level(LOG_LVL_DEBUG);
-            else return fail("bad --log-level '%s' (error, warn, info, debug)", optarg);
+            if (!strcmp(optarg, "error"))
+                log_set_level(LOG_LVL_ERROR);
+            else if (!strcmp(optarg, "warn"))
+                log_set_level(LOG_LVL_WARN);
+            else if (!strcmp(optarg, "info"))
+                log_set_level(LOG_LVL_INFO);
+            else if (!strcmp(optarg, "debug"))
+                log_set_level(LOG_LVL_DEBUG);
+            else
+                return fail("bad --log-level '%s' (error, warn, info, debug)", optarg);
             break;
-        case OPT_LOG_FILE: o->log_file = optarg; break;
+        case OPT_LOG_FILE:
+            o->log_file = optarg;
+            break;
         default:
             fprintf(stderr, "Try 'ckptfs --help'.\n");
             return -1;
@@ -357,8 +415,9 @@ int main(int argc, char **argv)
         goto out_args;
     }
     if (fuse_mount(fuse, o.mountpoint) != 0) {
-        fprintf(stderr, "ckptfs: cannot mount on '%s' (is fuse3 installed and /dev/fuse "
-                        "usable?)\n",
+        fprintf(stderr,
+                "ckptfs: cannot mount on '%s' (is fuse3 installed and /dev/fuse "
+                "usable?)\n",
                 o.mountpoint);
         goto out_fuse;
     }
@@ -387,12 +446,16 @@ int main(int argc, char **argv)
     log_info("mounted %s on %s (cache %llu MiB, cache dir %s)", store->description, o.mountpoint,
              (unsigned long long)(o.core.cache_size >> 20), cache_dir);
 
+    /* The loop returns 0 after an unmount, the signal number after SIGINT/
+     * SIGTERM/SIGHUP (both clean shutdowns) and -1 on error. */
+    int loop_rc;
     if (o.single_thread) {
-        rc = fuse_loop(fuse) == 0 ? 0 : 1;
+        loop_rc = fuse_loop(fuse);
     } else {
         struct fuse_loop_config lc = {.clone_fd = 0, .max_idle_threads = 16};
-        rc = fuse_loop_mt(fuse, &lc) == 0 ? 0 : 1;
+        loop_rc = fuse_loop_mt(fuse, &lc);
     }
+    rc = loop_rc < 0 ? 1 : 0;
     log_info("unmounting %s", o.mountpoint);
 
 out_signals:

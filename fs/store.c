@@ -21,8 +21,7 @@ static int split_s3_url(const char *rest, char **bucket, char **prefix)
         return -EINVAL;
     for (size_t i = 0; i < blen; i++) {
         char c = rest[i];
-        if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '.' ||
-              c == '_'))
+        if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '.' || c == '_'))
             return -EINVAL;
     }
     const char *p = slash ? slash + 1 : "";
@@ -63,8 +62,10 @@ int store_open(const char *url, const struct store_options *opt, struct store **
         return store_dir_open(url + 7, out, err, errlen);
     const char *sep = strstr(url, "://");
     if (sep) {
-        snprintf(err, errlen, "unknown store scheme '%.*s' in '%s' (use s3://BUCKET[/PREFIX] or a local directory)",
-                 (int)(sep - url), url, url);
+        snprintf(
+            err, errlen,
+            "unknown store scheme '%.*s' in '%s' (use s3://BUCKET[/PREFIX] or a local directory)",
+            (int)(sep - url), url, url);
         return -EPROTONOSUPPORT;
     }
     return store_dir_open(url, out, err, errlen);

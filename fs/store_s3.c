@@ -796,7 +796,7 @@ struct list_ctx {
     void *arg;
     const char *prefix; /* "" or "dir/" */
     size_t plen;
-    char **files; /* names emitted as files, sorted: a prefix of the same name is skipped */
+    char **files; /* names emitted so far, sorted: each name is emitted once */
     size_t nfiles, cap;
     int stopped;
     int seen_any; /* any key or prefix at all, markers included */
@@ -878,15 +878,17 @@ static int emit_prefix(struct list_ctx *c, const char *p)
     size_t n = strlen(name);
     if (n && name[n - 1] == '/')
         name[n - 1] = '\0';
-    int found = 0;
+    int found = 0, rc = 0;
     if (usable_name(name))
         files_find(c, name, &found);
-    if (usable_name(name) && !found) {
+    /* Emit each name once: a name may be both an object and a prefix, and
+     * some servers (s3rver) repeat a common prefix on the next page. */
+    if (usable_name(name) && !found && (rc = files_add(c, name)) == 0) {
         struct store_stat st = {.is_dir = 1};
         c->stopped = c->fn(c->arg, name, &st) != 0;
     }
     free(name);
-    return 0;
+    return rc;
 }
 
 static int emit_page(struct list_ctx *c, const struct s3_list_page *page)

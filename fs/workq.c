@@ -17,7 +17,7 @@ struct job {
 
 struct workq {
     pthread_mutex_t lock;
-    pthread_cond_t cond; /* signalled on a new job or on shutdown */
+    pthread_cond_t cond;     /* signalled on a new job or on shutdown */
     struct job *head, *tail; /* protected by lock */
     size_t pending;          /* protected by lock */
     int stopping;            /* protected by lock */

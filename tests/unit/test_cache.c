@@ -94,8 +94,7 @@ static void check_range(uint64_t off, size_t len)
     unsigned char *buf = malloc(len + 1);
     ssize_t n = cache_read(cache, obj, off, len, buf);
     size_t want = off >= OBJ_SIZE ? 0 : (OBJ_SIZE - off < len ? OBJ_SIZE - off : len);
-    cr_assert_eq(n, (ssize_t)want, "read(%llu, %zu) returned %zd", (unsigned long long)off, len,
-                 n);
+    cr_assert_eq(n, (ssize_t)want, "read(%llu, %zu) returned %zd", (unsigned long long)off, len, n);
     for (size_t i = 0; i < want; i++)
         cr_assert_eq(buf[i], byte_at(off + i), "byte %llu differs", (unsigned long long)(off + i));
     free(buf);

@@ -1,0 +1,125 @@
+"""tests/integration/conftest.py - pytest fixtures for the ckptfs integration suite.
+
+  s3server           session: one s3rver with a fresh data dir on a free loopback port
+  dedicated_s3server function: an s3rver of the test's own, to kill/restart (fault tests)
+  store              function, parametrized [s3, dir]: an empty store of the test's own
+                     (an s3rver bucket prefix, or a local directory) with put()/delete()
+  mounter            function: mounter(store, *args, endpoint=None, env=None) -> a started
+                     Mount; every mount is unmounted and checked at teardown
+  faultproxy         function: faultproxy(upstream_port, **kw) -> a started FaultProxy
+  checked_mounter    function: like mounter, S3 requests pass a SigV4-checking proxy
+
+Selecting stores: CKPTFS_IT_STORES=dir (or s3; default "s3,dir"). The binary: $CKPTFS_BIN (see harness.py).
+"""
+
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+import harness  # noqa: E402
+from faultproxy import FaultProxy  # noqa: E402
+
+
+def pytest_report_header(config):
+    b = harness.ckptfs_bin()
+    state = "missing" if not os.path.exists(b) else ("ASan/UBSan" if harness.is_sanitized(b) else "plain")
+    return f"ckptfs binary: {b} ({state})"
+
+
+@pytest.fixture(scope="session")
+def s3server(tmp_path_factory):
+    base = tmp_path_factory.mktemp("s3rver")
+    srv = harness.S3Server(str(base / "data"), bucket="ckptfs-it", logpath=str(base / "s3rver.log"))
+    srv.start()
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+@pytest.fixture
+def dedicated_s3server(tmp_path):
+    srv = harness.S3Server(str(tmp_path / "s3data"), bucket="faults", logpath=str(tmp_path / "s3rver.log"))
+    srv.start()
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+STORES = [s for s in os.environ.get("CKPTFS_IT_STORES", "s3,dir").split(",") if s]
+
+
+@pytest.fixture(params=STORES)
+def store(request, tmp_path):
+    if request.param == "s3":
+        srv = request.getfixturevalue("s3server")
+        return harness.S3Store(srv, harness.unique_prefix(request.node.name))
+    return harness.DirStore(str(tmp_path / "store"))
+
+
+@pytest.fixture
+def mounter(tmp_path, request):
+    mounts = []
+
+    def make(store, *args, endpoint=None, env=None, **kw):
+        extra = store.mount_args(endpoint) if isinstance(store, harness.S3Store) else store.mount_args()
+        m = harness.Mount(store.url, str(tmp_path), args=[*extra, *args],
+                          env={**store.mount_env(), **(env or {})}, **kw)
+        mounts.append(m)
+        return m.start()
+
+    yield make
+
+    problems = []
+    for m in reversed(mounts):
+        try:
+            m.close()
+        except harness.HarnessError as e:
+            problems.append(str(e))
+    if problems:
+        pytest.fail("daemon problem at unmount:\n" + "\n\n".join(problems), pytrace=False)
+
+
+@pytest.fixture
+def faultproxy():
+    proxies = []
+
+    def make(upstream_port, **kw):
+        p = FaultProxy(upstream_port, **kw).start()
+        proxies.append(p)
+        return p
+
+    yield make
+    for p in proxies:
+        p.stop()
+
+
+@pytest.fixture
+def checked_mounter(mounter, faultproxy):
+    """Like mounter, but an S3 store is reached through a proxy that checks every
+    request's SigV4 signature as S3 does (s3rver does not). Returns (mount, proxy|None)."""
+
+    def make(store, *args, **kw):
+        if not isinstance(store, harness.S3Store):
+            return mounter(store, *args, **kw), None
+        proxy = faultproxy(store.server.port, credentials=(harness.S3_KEY, harness.S3_SECRET))
+        return mounter(store, *args, endpoint=proxy.endpoint, **kw), proxy
+
+    return make
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    # On a failing test body, show the tails of the daemon logs of that test.
+    outcome = yield
+    rep = outcome.get_result()
+    if rep.when == "call" and rep.failed:
+        tmp = item.funcargs.get("tmp_path")
+        if tmp and os.path.isdir(tmp):
+            for name in sorted(os.listdir(tmp)):
+                if name.startswith("ckptfs-") and name.endswith(".log"):
+                    rep.sections.append((f"daemon log {name} (tail)", harness.tail(os.path.join(tmp, name), 40)))
