@@ -1,0 +1,519 @@
+/*
+ * index/load.c - checkpoint discovery and loading over struct ckpt_io
+ * (see load.h).
+ */
+#include "load.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "safetensors.h"
+#include "strmap.h"
+
+#define INDEX_JSON "model.safetensors.index.json"
+
+void ckpt_load_options_default(struct ckpt_load_options *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->max_metadata = (size_t)1 << 30;
+    o->stat_files = 1;
+    dcp_options_default(&o->dcp);
+}
+
+char *ckpt_path_join(const char *dir, const char *name)
+{
+    size_t dl = strlen(dir), nl = strlen(name);
+    char *p = malloc(dl + nl + 2);
+    if (!p)
+        return NULL;
+    if (dl) {
+        memcpy(p, dir, dl);
+        p[dl] = '/';
+        memcpy(p + dl + 1, name, nl + 1);
+    } else {
+        memcpy(p, name, nl + 1);
+    }
+    return p;
+}
+
+static int read_exact(const struct ckpt_io *io, const char *path, uint64_t off, void *buf,
+                      size_t len)
+{
+    size_t got = 0;
+    while (got < len) {
+        size_t n = 0;
+        int rc = io->read(io->ctx, path, off + got, (char *)buf + got, len - got, &n);
+        if (rc)
+            return rc;
+        if (n == 0)
+            return -EIO; /* shorter than its stat said */
+        got += n;
+    }
+    return 0;
+}
+
+int ckpt_io_read_all(const struct ckpt_io *io, const char *path, size_t max, void **buf,
+                     size_t *len)
+{
+    uint64_t size;
+    int is_dir;
+    *buf = NULL;
+    *len = 0;
+    int rc = io->stat(io->ctx, path, &size, &is_dir);
+    if (rc)
+        return rc;
+    if (is_dir)
+        return -EISDIR;
+    if (size > max)
+        return -EFBIG;
+    void *b = malloc(size ? (size_t)size : 1);
+    if (!b)
+        return -ENOMEM;
+    rc = read_exact(io, path, 0, b, (size_t)size);
+    if (rc) {
+        free(b);
+        return rc;
+    }
+    *buf = b;
+    *len = (size_t)size;
+    return 0;
+}
+
+/* ---- directory listing into a name -> size table -------------------- */
+
+struct listing {
+    size_t n, cap;
+    char **names;
+    uint64_t *sizes;
+    int *dirs;
+    int oom;
+};
+
+static int listing_add(void *arg, const char *name, int is_dir, uint64_t size)
+{
+    struct listing *l = arg;
+    if (l->n == l->cap) {
+        size_t ncap = l->cap ? l->cap * 2 : 64;
+        char **nn = realloc(l->names, ncap * sizeof(*nn));
+        if (nn)
+            l->names = nn;
+        uint64_t *ns = realloc(l->sizes, ncap * sizeof(*ns));
+        if (ns)
+            l->sizes = ns;
+        int *nd = realloc(l->dirs, ncap * sizeof(*nd));
+        if (nd)
+            l->dirs = nd;
+        if (!nn || !ns || !nd) {
+            l->oom = 1;
+            return 1;
+        }
+        l->cap = ncap;
+    }
+    l->names[l->n] = strdup(name);
+    if (!l->names[l->n]) {
+        l->oom = 1;
+        return 1;
+    }
+    l->sizes[l->n] = size;
+    l->dirs[l->n] = is_dir;
+    l->n++;
+    return 0;
+}
+
+static void listing_free(struct listing *l)
+{
+    for (size_t i = 0; i < l->n; i++)
+        free(l->names[i]);
+    free(l->names);
+    free(l->sizes);
+    free(l->dirs);
+    memset(l, 0, sizeof(*l));
+}
+
+static int list_dir(const struct ckpt_io *io, const char *dir, struct listing *l)
+{
+    memset(l, 0, sizeof(*l));
+    int rc = io->list(io->ctx, dir, listing_add, l);
+    if (!rc && l->oom)
+        rc = -ENOMEM;
+    if (rc)
+        listing_free(l);
+    return rc;
+}
+
+static int has_suffix(const char *s, const char *suf)
+{
+    size_t a = strlen(s), b = strlen(suf);
+    return a >= b && strcmp(s + a - b, suf) == 0;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* ---- loaders ---------------------------------------------------------- */
+
+static int fill_file_info(const struct ckpt_io *io, const char *dir, struct ckpt *c,
+                          struct ckpt_err *err)
+{
+    struct listing l;
+    int rc = list_dir(io, dir, &l);
+    if (rc)
+        return ckpt_err_set(err, rc, CKPT_NOPOS, "cannot list '%s': %s", *dir ? dir : ".",
+                            ckpt_strerror(rc));
+    struct strmap m;
+    if (strmap_init(&m, l.n)) {
+        listing_free(&l);
+        return ckpt_err_set(err, -ENOMEM, CKPT_NOPOS, "out of memory");
+    }
+    for (size_t i = 0; i < l.n; i++)
+        if (!l.dirs[i] && strmap_put(&m, l.names[i], strlen(l.names[i]), (uint32_t)i, NULL) < 0) {
+            rc = ckpt_err_set(err, -ENOMEM, CKPT_NOPOS, "out of memory");
+            goto out;
+        }
+    for (uint32_t f = 0; f < c->nfiles; f++) {
+        struct ckpt_file *fi = &c->files[f];
+        uint32_t k;
+        if (!strchr(fi->name, '/')) {
+            if (strmap_get(&m, fi->name, strlen(fi->name), &k) == 0) {
+                fi->present = 1;
+                fi->size = l.sizes[k];
+            } else {
+                fi->present = 0;
+            }
+            continue;
+        }
+        char *p = ckpt_path_join(dir, fi->name);
+        if (!p) {
+            rc = ckpt_err_set(err, -ENOMEM, CKPT_NOPOS, "out of memory");
+            goto out;
+        }
+        uint64_t size;
+        int is_dir;
+        int src = io->stat(io->ctx, p, &size, &is_dir);
+        free(p);
+        if (src == -ENOENT || (!src && is_dir)) {
+            fi->present = 0;
+        } else if (src) {
+            rc = ckpt_err_set(err, src, CKPT_NOPOS, "cannot stat '%s': %s", fi->name,
+                              ckpt_strerror(src));
+            goto out;
+        } else {
+            fi->present = 1;
+            fi->size = size;
+        }
+    }
+out:
+    strmap_free(&m);
+    listing_free(&l);
+    return rc;
+}
+
+static int load_dcp(const struct ckpt_io *io, const char *dir, const char *name,
+                    const struct ckpt_load_options *o, struct ckpt **out, struct ckpt_err *err)
+{
+    char *path = ckpt_path_join(dir, name);
+    if (!path)
+        return ckpt_err_set(err, -ENOMEM, CKPT_NOPOS, "out of memory");
+    void *buf;
+    size_t len;
+    int rc = ckpt_io_read_all(io, path, o->max_metadata, &buf, &len);
+    if (rc) {
+        ckpt_err_set(err, rc, CKPT_NOPOS, "cannot read '%s': %s", path, ckpt_strerror(rc));
+        free(path);
+        return rc;
+    }
+    rc = dcp_parse(buf, len, &o->dcp, out, err);
+    free(buf);
+    if (!rc) {
+        (*out)->source = arena_strndup(&(*out)->arena, path, strlen(path));
+        if (o->stat_files)
+            rc = fill_file_info(io, dir, *out, err);
+        if (rc) {
+            ckpt_free(*out);
+            *out = NULL;
+        }
+    }
+    free(path);
+    return rc;
+}
+
+static int read_st_header(const struct ckpt_io *io, const char *path, struct st_header **out,
+                          struct ckpt_err *err)
+{
+    uint64_t size, hlen;
+    int is_dir;
+    unsigned char prefix[ST_PREFIX_LEN];
+    int rc = io->stat(io->ctx, path, &size, &is_dir);
+    if (!rc && is_dir)
+        rc = -EISDIR;
+    if (rc)
+        return ckpt_err_set(err, rc, CKPT_NOPOS, "%s: %s", path, ckpt_strerror(rc));
+    size_t n = size < ST_PREFIX_LEN ? (size_t)size : ST_PREFIX_LEN;
+    if ((rc = read_exact(io, path, 0, prefix, n)))
+        return ckpt_err_set(err, rc, CKPT_NOPOS, "%s: %s", path, ckpt_strerror(rc));
+    if ((rc = st_header_len(prefix, n, size, &hlen, err)))
+        return rc;
+    char *json = malloc((size_t)hlen);
+    if (!json)
+        return ckpt_err_set(err, -ENOMEM, CKPT_NOPOS, "out of memory");
+    rc = read_exact(io, path, ST_PREFIX_LEN, json, (size_t)hlen);
+    if (rc)
+        ckpt_err_set(err, rc, CKPT_NOPOS, "%s: %s", path, ckpt_strerror(rc));
+    else
+        rc = st_parse_header(json, (size_t)hlen, size, out, err);
+    free(json);
+    return rc;
+}
+
+/* index_name: the HF index json to use (missing is fine only if it is the
+ * default name); single: load just this one safetensors file. */
+static int load_st(const struct ckpt_io *io, const char *dir, const char *index_name,
+                   const char *single, const struct ckpt_load_options *o, struct ckpt **out,
+                   struct ckpt_err *err)
+{
+    struct st_index *ix = NULL;
+    char **names = NULL;
+    struct st_header **hdrs = NULL;
+    size_t nnames = 0;
+    struct listing l = {0};
+    int rc;
+    char *ipath = ckpt_path_join(dir, index_name ? index_name : INDEX_JSON);
+    if (!ipath)
+        return ckpt_err_set(err, -ENOMEM, CKPT_NOPOS, "out of memory");
+    void *buf;
+    size_t len;
+    rc = single ? -ENOENT : ckpt_io_read_all(io, ipath, o->max_metadata, &buf, &len);
+    if (single) {
+        names = calloc(2, sizeof(char *));
+        if (!names) {
+            rc = ckpt_err_set(err, -ENOMEM, CKPT_NOPOS, "out of memory");
+            goto out;
+        }
+        names[nnames++] = (char *)single;
+    } else if (rc == 0) {
+        rc = st_index_parse(buf, len, &ix, err);
+        free(buf);
+        if (rc)
+            goto out;
+        names = calloc(ix->n + 1, sizeof(char *));
+        if (!names) {
+            rc = ckpt_err_set(err, -ENOMEM, CKPT_NOPOS, "out of memory");
+            goto out;
+        }
+        for (uint32_t i = 0; i < ix->n; i++) {
+            int seen = 0;
+            for (size_t k = 0; k < nnames && !seen; k++)
+                seen = strcmp(names[k], ix->file[i]) == 0;
+            if (!seen)
+                names[nnames++] = (char *)ix->file[i];
+        }
+    } else if (rc == -ENOENT && !index_name) {
+        rc = list_dir(io, dir, &l);
+        if (rc) {
+            ckpt_err_set(err, rc, CKPT_NOPOS, "cannot list '%s': %s", dir, ckpt_strerror(rc));
+            goto out;
+        }
+        names = calloc(l.n + 1, sizeof(char *));
+        if (!names) {
+            rc = ckpt_err_set(err, -ENOMEM, CKPT_NOPOS, "out of memory");
+            goto out;
+        }
+        for (size_t i = 0; i < l.n; i++)
+            if (!l.dirs[i] && has_suffix(l.names[i], ".safetensors"))
+                names[nnames++] = l.names[i];
+    } else {
+        ckpt_err_set(err, rc, CKPT_NOPOS, "cannot read '%s': %s", ipath, ckpt_strerror(rc));
+        goto out;
+    }
+    if (!nnames) {
+        rc = ckpt_err_set(err, CKPT_ENOTCKPT, CKPT_NOPOS, "no safetensors files in '%s'", dir);
+        goto out;
+    }
+    qsort(names, nnames, sizeof(char *), cmp_str);
+    hdrs = calloc(nnames, sizeof(*hdrs));
+    if (!hdrs) {
+        rc = ckpt_err_set(err, -ENOMEM, CKPT_NOPOS, "out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < nnames; i++) {
+        char *p = ckpt_path_join(dir, names[i]);
+        if (!p) {
+            rc = ckpt_err_set(err, -ENOMEM, CKPT_NOPOS, "out of memory");
+            goto out;
+        }
+        rc = read_st_header(io, p, &hdrs[i], err);
+        if (rc && err && err->code && !strstr(err->msg, p)) {
+            char tmp[2 * sizeof(err->msg)];
+            snprintf(tmp, sizeof(tmp), "%s: %s", p, err->msg);
+            size_t tl = strlen(tmp);
+            if (tl >= sizeof(err->msg))
+                tl = sizeof(err->msg) - 1;
+            memcpy(err->msg, tmp, tl);
+            err->msg[tl] = '\0';
+        }
+        free(p);
+        if (rc)
+            goto out;
+    }
+    rc = st_build_ckpt((const char *const *)names, hdrs, (uint32_t)nnames, ix, out, err);
+    if (!rc)
+        (*out)->source = arena_strndup(&(*out)->arena, ix ? ipath : dir, strlen(ix ? ipath : dir));
+out:
+    if (hdrs)
+        for (size_t i = 0; i < nnames; i++)
+            st_free(hdrs[i]);
+    free(hdrs);
+    free(names);
+    listing_free(&l);
+    st_index_free(ix);
+    free(ipath);
+    return rc;
+}
+
+int ckpt_detect(const struct ckpt_io *io, const char *dir)
+{
+    struct listing l;
+    int rc = list_dir(io, dir, &l);
+    if (rc)
+        return rc;
+    int fmt = 0;
+    for (size_t i = 0; i < l.n; i++) {
+        if (l.dirs[i])
+            continue;
+        if (strcmp(l.names[i], ".metadata") == 0) {
+            fmt = CKPT_FORMAT_DCP;
+            break;
+        }
+        if (strcmp(l.names[i], INDEX_JSON) == 0 || has_suffix(l.names[i], ".safetensors"))
+            fmt = CKPT_FORMAT_SAFETENSORS;
+    }
+    listing_free(&l);
+    return fmt;
+}
+
+int ckpt_load(const struct ckpt_io *io, const char *dir, const struct ckpt_load_options *opt,
+              struct ckpt **out, struct ckpt_err *err)
+{
+    struct ckpt_load_options defaults;
+    if (!opt) {
+        ckpt_load_options_default(&defaults);
+        opt = &defaults;
+    }
+    *out = NULL;
+    ckpt_err_clear(err);
+    int fmt = ckpt_detect(io, dir);
+    if (fmt < 0)
+        return ckpt_err_set(err, fmt, CKPT_NOPOS, "cannot list '%s': %s", *dir ? dir : ".",
+                            ckpt_strerror(fmt));
+    if (fmt == CKPT_FORMAT_DCP)
+        return load_dcp(io, dir, ".metadata", opt, out, err);
+    if (fmt == CKPT_FORMAT_SAFETENSORS)
+        return load_st(io, dir, NULL, NULL, opt, out, err);
+    return ckpt_err_set(err, CKPT_ENOTCKPT, CKPT_NOPOS,
+                        "'%s' holds no .metadata, " INDEX_JSON " or *.safetensors",
+                        *dir ? dir : ".");
+}
+
+int ckpt_load_file(const struct ckpt_io *io, const char *dir, const char *name,
+                   const struct ckpt_load_options *opt, struct ckpt **out, struct ckpt_err *err)
+{
+    struct ckpt_load_options defaults;
+    if (!opt) {
+        ckpt_load_options_default(&defaults);
+        opt = &defaults;
+    }
+    *out = NULL;
+    ckpt_err_clear(err);
+    if (has_suffix(name, ".safetensors"))
+        return load_st(io, dir, NULL, name, opt, out, err);
+    if (has_suffix(name, ".json"))
+        return load_st(io, dir, name, NULL, opt, out, err);
+    return load_dcp(io, dir, name, opt, out, err);
+}
+
+/* ---- discovery -------------------------------------------------------- */
+
+struct walk_frame {
+    char *dir;
+    int depth;
+};
+
+int ckpt_find(const struct ckpt_io *io, const char *root, int max_depth, ckpt_found_fn fn,
+              void *arg)
+{
+    size_t cap = 16, n = 0;
+    struct walk_frame *st = malloc(cap * sizeof(*st));
+    if (!st)
+        return -ENOMEM;
+    int rc = 0;
+    st[n].dir = strdup(root);
+    st[n].depth = 0;
+    if (!st[n].dir) {
+        free(st);
+        return -ENOMEM;
+    }
+    n++;
+    while (n && !rc) {
+        struct walk_frame fr = st[--n];
+        struct listing l;
+        rc = list_dir(io, fr.dir, &l);
+        if (rc) {
+            free(fr.dir);
+            break;
+        }
+        int fmt = 0;
+        for (size_t i = 0; i < l.n; i++) {
+            if (l.dirs[i])
+                continue;
+            if (strcmp(l.names[i], ".metadata") == 0)
+                fmt = CKPT_FORMAT_DCP;
+            else if (!fmt && (strcmp(l.names[i], INDEX_JSON) == 0 ||
+                              has_suffix(l.names[i], ".safetensors")))
+                fmt = CKPT_FORMAT_SAFETENSORS;
+        }
+        if (fmt)
+            rc = fn(arg, fr.dir, fmt);
+        if (!rc && fr.depth < max_depth) {
+            /* push subdirectories in reverse name order so they pop sorted */
+            char **sub = malloc((l.n + 1) * sizeof(char *));
+            size_t ns = 0;
+            if (!sub)
+                rc = -ENOMEM;
+            for (size_t i = 0; !rc && i < l.n; i++)
+                if (l.dirs[i])
+                    sub[ns++] = l.names[i];
+            if (!rc)
+                qsort(sub, ns, sizeof(char *), cmp_str);
+            for (size_t i = ns; !rc && i-- > 0;) {
+                if (n == cap) {
+                    struct walk_frame *s2 = realloc(st, cap * 2 * sizeof(*st));
+                    if (!s2) {
+                        rc = -ENOMEM;
+                        break;
+                    }
+                    st = s2;
+                    cap *= 2;
+                }
+                st[n].dir = ckpt_path_join(fr.dir, sub[i]);
+                if (!st[n].dir) {
+                    rc = -ENOMEM;
+                    break;
+                }
+                st[n].depth = fr.depth + 1;
+                n++;
+            }
+            free(sub);
+        }
+        listing_free(&l);
+        free(fr.dir);
+    }
+    while (n)
+        free(st[--n].dir);
+    free(st);
+    return rc;
+}

@@ -1,0 +1,580 @@
+"""tests/integration/test_admin.py - ckptfs-admin against the shared fixtures.
+
+Run:  /usr/bin/python3 -m pytest tests/integration/test_admin.py
+Env:  CKPTFS_ADMIN    the binary (default build/tools/admin/ckptfs-admin)
+      CKPTFS_FIXTURES the fixture tree (default <repo>/../shared/fixtures)
+
+* every dcp-stub, dcp-torch1.13 and safetensors fixture: `dump --json` equals
+  the parse-result fields of its .expected.json (and the stub-only fields
+  pickle_protocol, metadata_class/fields, globals, opcodes, size, sha256;
+  writer_style where the file shows it)
+* every malformed/MANIFEST entry: the expected outcome, a JSON error with a
+  known code, no crash and no sanitizer report
+* ls / where / inspect / verify / index on the fixtures
+* a real 4-rank torch 1.13 DCP checkpoint saved here: the bytes at each
+  `where` offset torch.load to the saved tensor
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+ADMIN = os.environ.get("CKPTFS_ADMIN", os.path.join(REPO, "build", "tools", "admin", "ckptfs-admin"))
+FIX = os.environ.get("CKPTFS_FIXTURES", os.path.join(os.path.dirname(REPO), "shared", "fixtures"))
+
+EX_OK, EX_CHECK, EX_USAGE, EX_PARSE, EX_IO, EX_DB, EX_NOTFOUND = 0, 1, 2, 3, 4, 5, 6
+
+if not os.path.exists(ADMIN):
+    pytest.skip("ckptfs-admin not built at %s (set CKPTFS_ADMIN)" % ADMIN, allow_module_level=True)
+
+
+def run(*args, ok=(EX_OK,), env=None):
+    p = subprocess.run([ADMIN] + [str(a) for a in args], capture_output=True, text=True,
+                       timeout=120, env=env)
+    assert p.returncode >= 0, "killed by signal %d: %s" % (-p.returncode, p.stderr)
+    assert "Sanitizer" not in p.stderr and "runtime error" not in p.stderr, p.stderr
+    assert p.returncode in ok, "exit %d for %s\nstdout: %s\nstderr: %s" % (
+        p.returncode, args, p.stdout[-2000:], p.stderr[-2000:])
+    return p
+
+
+def run_json(*args, ok=(EX_OK,), env=None):
+    p = run(*args, "--json", ok=ok, env=env)
+    return p.returncode, json.loads(p.stdout)
+
+
+def load(path):
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def subset(expected, got, path="$"):
+    """Every key of expected (recursively) equals the same key in got."""
+    if isinstance(expected, dict):
+        assert isinstance(got, dict), "%s: want object, got %r" % (path, got)
+        for k, v in expected.items():
+            assert k in got, "%s: missing key %r" % (path, k)
+            subset(v, got[k], "%s.%s" % (path, k))
+    elif isinstance(expected, list):
+        assert isinstance(got, list), "%s: want list, got %r" % (path, got)
+        assert len(expected) == len(got), "%s: %d items, want %d" % (path, len(got), len(expected))
+        for i, (a, b) in enumerate(zip(expected, got)):
+            subset(a, b, "%s[%d]" % (path, i))
+    else:
+        assert expected == got, "%s: got %r, want %r" % (path, got, expected)
+
+
+def fixtures(sub, suffix):
+    d = os.path.join(FIX, sub)
+    return sorted(f for f in os.listdir(d) if f.endswith(suffix)) if os.path.isdir(d) else []
+
+
+# ---------------------------------------------------------------------------
+# dcp-stub: every fixture, every field
+# ---------------------------------------------------------------------------
+STUB_FIELDS = ["pickle_protocol", "metadata_class", "metadata_fields", "globals", "opcodes",
+               "size", "sha256", "tensors", "bytes", "storage", "planner_data"]
+
+
+@pytest.mark.parametrize("name", fixtures("dcp-stub", ".metadata"))
+def test_dcp_stub(name):
+    exp = load(os.path.join(FIX, "dcp-stub", name[:-len(".metadata")] + ".expected.json"))
+    _, got = run_json("dump", os.path.join(FIX, "dcp-stub", name))
+    assert got["format"] == "dcp"
+    for k in STUB_FIELDS:
+        subset(exp[k], got[k], k)
+    for k in ("storage_meta", "version"):       # present exactly for the layouts that have them
+        assert (k in exp) == (k in got), k
+        if k in exp:
+            subset(exp[k], got[k], k)
+    for k, v in got["writer_style"].items():    # what the file shows must match the writer
+        if v is not None:
+            assert exp["writer_style"][k] == v, ("writer_style", k)
+
+
+# ---------------------------------------------------------------------------
+# real torch 1.13 checkpoints
+# ---------------------------------------------------------------------------
+REAL_IGNORE = {"item_format", "zip_records", "tensor", "python_value"}
+
+
+@pytest.mark.parametrize("name", ["per_item", "per_rank"])
+def test_dcp_real(name):
+    exp = load(os.path.join(FIX, "dcp-torch1.13", name + ".expected.json"))
+    _, got = run_json("dump", "--hash", os.path.join(FIX, "dcp-torch1.13", name))
+    for k in ("pickle_protocol", "metadata_class", "globals", "opcodes", "planner_data",
+              "tensors", "bytes"):
+        subset(exp[k], got[k], k)
+    subset([{k: v for k, v in e.items() if k not in REAL_IGNORE} for e in exp["storage"]],
+           got["storage"], "storage")
+    files = dict(exp["files"])
+    meta = files.pop(".metadata")
+    assert got["size"] == meta["size"] and got["sha256"] == meta["sha256"]
+    subset(files, got["files"], "files")
+    assert len(files) == len(got["files"])
+    # where: every chunk's item range is the one the expected storage gives
+    for t in exp["tensors"][:3]:
+        _, w = run_json("where", os.path.join(FIX, "dcp-torch1.13", name), t["fqn"])
+        want = [(s["relative_path"], s["offset"], s["length"], s["chunk_offset"])
+                for s in exp["storage"] if s["fqn"] == t["fqn"]]
+        have = [(c["file"], c["offset"], c["length"], c["offsets"]) for c in w["chunks"]]
+        assert sorted(have) == sorted(want)
+
+
+# ---------------------------------------------------------------------------
+# safetensors
+# ---------------------------------------------------------------------------
+def st_fixtures():
+    out = []
+    for dp, _, fns in os.walk(os.path.join(FIX, "safetensors")):
+        out += [os.path.relpath(os.path.join(dp, f), FIX) for f in fns if f.endswith(".safetensors")]
+    return sorted(out)
+
+
+@pytest.mark.parametrize("rel", st_fixtures())
+def test_safetensors(rel):
+    exp = load(os.path.join(FIX, rel[:-len(".safetensors")] + ".expected.json"))
+    _, got = run_json("dump", os.path.join(FIX, rel))
+    assert got["format"] == "safetensors"
+    for k, v in exp.items():
+        if k in ("fixture", "global_shape"):
+            continue
+        subset(v, got[k], k)
+    if "global_shape" in exp:
+        _, d = run_json("dump", os.path.dirname(os.path.join(FIX, rel)))
+        subset(exp["global_shape"], d["global_shape"], "global_shape")
+
+
+def test_hf_index():
+    d = os.path.join(FIX, "safetensors", "hf-dcp")
+    index = load(os.path.join(d, "model.safetensors.index.json"))
+    _, got = run_json("dump", d)
+    assert set(got["files"]) == set(index["weight_map"].values())
+    for fqn, f in index["weight_map"].items():
+        assert fqn in [t["name"] for t in got["files"][f]["tensors"]]
+    assert sum(t["nbytes"] for f in got["files"].values() for t in f["tensors"]) == \
+        index["metadata"]["total_size"]
+    _, ls = run_json("ls", os.path.join(d, "model.safetensors.index.json"))
+    assert sorted(t["fqn"] for t in ls["tensors"]) == sorted(index["weight_map"])
+    run("verify", d)
+
+
+# ---------------------------------------------------------------------------
+# malformed inputs
+# ---------------------------------------------------------------------------
+def manifest():
+    rows = []
+    with open(os.path.join(FIX, "malformed", "MANIFEST"), encoding="utf-8") as f:
+        for line in f:
+            if line.startswith("#") or not line.strip():
+                continue
+            name, expect, desc = line.rstrip("\n").split("\t")
+            rows.append((name, expect, desc))
+    return rows
+
+
+ERROR_CODES = {"ETRUNC", "EOPCODE", "ESTACK", "EMEMO", "ELIMIT", "ETYPE", "EGLOBAL",
+               "EENCODING", "EFORMAT", "EINVALID"}
+
+
+@pytest.mark.parametrize("name,expect,desc", manifest(), ids=[r[0] for r in manifest()])
+def test_malformed(name, expect, desc):
+    path = os.path.join(FIX, "malformed", name)
+    if name.endswith("/"):
+        code, got = run_json("verify", path, ok=(EX_CHECK,))
+        assert got["ok"] is False and got["problems"], got
+        return
+    accept = expect in ("accept-or-reject", "reject-or-last-wins")
+    code, got = run_json("dump", path, ok=(EX_PARSE, EX_OK) if accept else (EX_PARSE,))
+    if code == EX_PARSE:
+        err = got["error"]
+        assert err["code"] in ERROR_CODES, err
+        assert err["message"], err
+
+
+def test_malformed_positions():
+    """Errors in the pickle layer name the byte offset of the bad opcode."""
+    cases = {"pkl_bad_opcode_ff.metadata": None, "pkl_proto_6.metadata": 0,
+             "pkl_append_underflow.metadata": 2, "pkl_binunicode_huge.metadata": 2,
+             "pkl_tuple3_underflow.metadata": 4, "pkl_build_on_int.metadata": 5}
+    for name, pos in cases.items():
+        _, got = run_json("dump", os.path.join(FIX, "malformed", name), ok=(EX_PARSE,))
+        if pos is None:
+            data = open(os.path.join(FIX, "malformed", name), "rb").read()
+            pos = data.index(b"\xff")
+        assert got["error"]["pos"] == pos, (name, got)
+        assert "byte %d" % pos in got["error"]["message"]
+
+
+# ---------------------------------------------------------------------------
+# verbs
+# ---------------------------------------------------------------------------
+def test_ls_where_stub():
+    p = os.path.join(FIX, "dcp-stub", "torch2.9+.p4.metadata")
+    _, ls = run_json("ls", p)
+    assert len(ls["tensors"]) == 12 and len(ls["bytes"]) == 2
+    _, w = run_json("where", p, "model.big.weight")
+    assert [c["length"] for c in w["chunks"]] == [2147484416, 2147484416]
+    assert w["shape"] == [65536, 16384]
+    run("where", p, "no.such.tensor", ok=(EX_NOTFOUND,))
+    out = run("ls", p).stdout
+    assert "model.ünïcødé.λ.weight" in out
+
+
+def test_inspect_ranks():
+    # torch 1.13 saves replicated tensors on rank 0 only: nobody is flagged
+    _, j = run_json("inspect", os.path.join(FIX, "dcp-torch1.13", "per_rank"))
+    assert j["world_size"] == 2 and j["flagged_ranks"] == 0
+    assert all(f["in_save_order"] for f in j["files"])
+    assert {r["fqn"] for r in j["replicated"]} >= {"model.tok_count", "model.mask"}
+    # 2.x stubs spread replicated tensors over ranks: ranks 1..3 read others' files
+    _, j = run_json("inspect", os.path.join(FIX, "dcp-stub", "torch2.4-2.6.p4.metadata"))
+    assert j["world_size"] == 4
+    flagged = [r["rank"] for r in j["ranks"] if r["flagged"]]
+    assert flagged == [0, 1, 2, 3], j["ranks"]
+    assert "__3_0.distcp" in j["ranks"][1]["foreign"]
+
+
+def test_verify_real_ok():
+    for name in ("per_item", "per_rank"):
+        _, j = run_json("verify", os.path.join(FIX, "dcp-torch1.13", name))
+        assert j["ok"] and j["unindexed_bytes"] == 0
+
+
+def test_usage_errors():
+    run(ok=(EX_USAGE,))
+    run("frobnicate", ok=(EX_USAGE,))
+    run("ls", ok=(EX_USAGE,))
+    run("ls", "/nonexistent/ckpt", ok=(EX_IO,))
+    assert "exit codes" in run("--help").stdout
+
+
+# ---------------------------------------------------------------------------
+# index rebuild / queries
+# ---------------------------------------------------------------------------
+def index_state(cache, key):
+    """Everything the index answers for one checkpoint, minus ids/build times."""
+    _, ls = run_json("index", "ls", "--cache-dir", cache)
+    entry = [c for c in ls["checkpoints"] if c["key"] == key]
+    assert len(entry) == 1, ls
+    entry = {k: v for k, v in entry[0].items() if k not in ("id", "built_at")}
+    _, files = run_json("index", "files", key, "--cache-dir", cache)
+    hits = []
+    for f in files["files"]:
+        for off in range(0, f["size"] or 0, max(1, (f["size"] or 1) // 7)):
+            code, j = run_json("index", "at", key, f["name"], off, "--next", 2,
+                               "--cache-dir", cache, ok=(EX_OK, EX_NOTFOUND))
+            hits.append((f["name"], off, j.get("item"), j.get("next")))
+    return entry, files["files"], hits
+
+
+def test_index_rebuild(tmp_path):
+    store = tmp_path / "store"
+    cache = str(tmp_path / "cache")
+    shutil.copytree(os.path.join(FIX, "dcp-torch1.13"), store / "runs" / "a")
+    shutil.copytree(os.path.join(FIX, "safetensors", "hf-dcp"), store / "hf")
+    (store / "empty" / "deeper").mkdir(parents=True)
+    code, rep = run_json("index", "rebuild", store, "--cache-dir", cache)
+    assert rep["indexed"] == 3 and rep["failed"] == 0, rep
+    keys = sorted(c["key"] for c in rep["checkpoints"])
+    root = os.path.realpath(store)
+    assert keys == [root + "/hf", root + "/runs/a/per_item", root + "/runs/a/per_rank"]
+    key = root + "/runs/a/per_rank"
+    before = index_state(cache, key)
+    # the index answers like the checkpoint itself
+    _, w = run_json("index", "where", key, "model.embed.weight", "--cache-dir", cache)
+    _, w2 = run_json("where", key, "model.embed.weight")
+    assert [(c["file"], c["offset"], c["length"]) for c in w["chunks"]] == \
+        [(c["file"], c["offset"], c["length"]) for c in w2["chunks"]]
+    # idempotent
+    run_json("index", "rebuild", store, "--cache-dir", cache)
+    assert index_state(cache, key) == before
+    # a broken checkpoint fails alone (exit 1), the rest is indexed; a
+    # removed one is forgotten
+    bad = store / "broken"
+    bad.mkdir()
+    shutil.copy(os.path.join(FIX, "malformed", "pkl_truncated_half.metadata"), bad / ".metadata")
+    shutil.rmtree(store / "runs" / "a" / "per_item")
+    code, rep = run_json("index", "rebuild", store, "--cache-dir", cache, ok=(EX_CHECK,))
+    assert rep["failed"] == 1 and rep["indexed"] == 2 and rep["removed"] == 1, rep
+    failed = [c for c in rep["checkpoints"] if c["status"] == "failed"]
+    assert failed[0]["key"].endswith("/broken") and failed[0]["exit"] == EX_PARSE
+    assert "byte" in failed[0]["error"]
+    assert index_state(cache, key) == before
+    # offsets that no item holds, files and checkpoints the index lacks
+    run("index", "at", key, "__0_0.distcp", 10 ** 12, "--cache-dir", cache, ok=(EX_NOTFOUND,))
+    run("index", "at", key, "nope.distcp", 0, "--cache-dir", cache, ok=(EX_NOTFOUND,))
+    run("index", "files", str(tmp_path), "--cache-dir", cache, ok=(EX_NOTFOUND,))
+    # progress goes to stderr
+    p = run("index", "rebuild", store, "--cache-dir", cache, ok=(EX_CHECK,))
+    assert "[1/3]" in p.stderr and "FAILED" in p.stderr
+
+
+def test_index_version_mismatch(tmp_path):
+    cache = str(tmp_path / "cache")
+    store = tmp_path / "s"
+    shutil.copytree(os.path.join(FIX, "dcp-torch1.13", "per_rank"), store / "c")
+    run("index", "rebuild", store, "--cache-dir", cache, "-q")
+    # set the schema record to 999 with the LMDB command-line tools
+    if not shutil.which("mdb_dump") or not shutil.which("mdb_load"):
+        pytest.skip("needs mdb_dump/mdb_load (lmdb-utils)")
+    env = os.path.join(cache, "index")
+    dump = subprocess.run(["mdb_dump", "-s", "meta", env], capture_output=True, text=True,
+                          check=True).stdout
+    lines = dump.splitlines()
+    i = lines.index(" 736368656d61")          # key "schema"
+    lines[i + 1] = " e7030000"                 # value 999 (u32 little-endian)
+    subprocess.run(["mdb_load", "-s", "meta", env], input="\n".join(lines) + "\n", text=True,
+                   check=True)
+    code, j = run_json("index", "ls", "--cache-dir", cache, ok=(EX_DB,))
+    assert j["error"]["code"] == "EVERSION" and "999" in j["error"]["message"]
+    # rebuild replaces an index of another schema
+    run("index", "rebuild", store, "--cache-dir", cache, "-q")
+    _, j = run_json("index", "ls", "--cache-dir", cache)
+    assert len(j["checkpoints"]) == 1
+
+
+# ---------------------------------------------------------------------------
+# a real torch 1.13 checkpoint, 4 ranks
+# ---------------------------------------------------------------------------
+SAVE_SCRIPT = textwrap.dedent(r'''
+    import dataclasses, datetime, os, socket, sys
+
+    def _shim():   # torch 1.13's _shard imports fail on Python 3.11 (see make_real_dcp.py)
+        orig = dataclasses._get_field
+        def patched(cls, a_name, a_type, *args, **kwargs):
+            default = cls.__dict__.get(a_name, dataclasses.MISSING)
+            if isinstance(default, dataclasses.Field):
+                default = default.default
+            typ = type(default)
+            if dataclasses.is_dataclass(typ) and typ.__hash__ is None:
+                typ.__hash__ = object.__hash__
+                try:
+                    return orig(cls, a_name, a_type, *args, **kwargs)
+                finally:
+                    typ.__hash__ = None
+            return orig(cls, a_name, a_type, *args, **kwargs)
+        dataclasses._get_field = patched
+    _shim()
+
+    WORLD = 4
+    SHARDED = [("model.w_rows", (13, 8), "float32", 0),
+               ("model.w_cols", (6, 12), "bfloat16", 1)]
+    REPLICATED = [("model.bias", (5,), "float16"), ("model.count", (3,), "int64")]
+
+    def full(torch, shape, dt):
+        n = 1
+        for s in shape:
+            n *= s
+        base = torch.arange(n, dtype=torch.float64)
+        if dt == "int64":
+            return (base * 7 - 3).to(torch.int64).reshape(shape)
+        return ((base % 251) * 0.25 - 31.0).to(getattr(torch, dt)).reshape(shape)
+
+    def worker(rank, port, path):
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+        import torch
+        import torch.distributed as dist
+        from torch.distributed._shard import sharded_tensor
+        from torch.distributed._shard.sharding_spec import ChunkShardingSpec
+        from torch.distributed._shard.checkpoint import FileSystemWriter, save_state_dict
+        dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % port, rank=rank,
+                                world_size=WORLD, timeout=datetime.timedelta(seconds=60))
+        sd = {}
+        for fqn, shape, dt, dim in SHARDED:
+            spec = ChunkShardingSpec(dim=dim, placements=["rank:%d/cpu" % r for r in range(WORLD)])
+            st = sharded_tensor.empty(spec, *shape, dtype=getattr(torch, dt))
+            f = full(torch, shape, dt)
+            for sh in st.local_shards():
+                v = f
+                for d, (o, n) in enumerate(zip(sh.metadata.shard_offsets, sh.metadata.shard_sizes)):
+                    v = v.narrow(d, o, n)
+                sh.tensor.copy_(v)
+            sd[fqn] = st
+        for fqn, shape, dt in REPLICATED:
+            sd[fqn] = full(torch, shape, dt)
+        sd["optim.step"] = 11
+        for p, per_rank in ((path + "/per_rank", True), (path + "/per_item", False)):
+            save_state_dict(sd, FileSystemWriter(p, single_file_per_rank=per_rank))
+            dist.barrier()
+        dist.destroy_process_group()
+
+    if __name__ == "__main__":
+        import multiprocessing as mp
+        s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
+        path = sys.argv[1]
+        ctx = mp.get_context("spawn")
+        ps = [ctx.Process(target=worker, args=(r, port, path)) for r in range(WORLD)]
+        for p in ps:
+            p.start()
+        for p in ps:
+            p.join(120)
+            assert p.exitcode == 0, p.exitcode
+''')
+
+
+def torch_available():
+    p = subprocess.run(["/usr/bin/python3", "-c", "import torch"], capture_output=True)
+    return p.returncode == 0
+
+
+@pytest.mark.skipif(not os.path.exists("/usr/bin/python3") or not torch_available(),
+                    reason="needs /usr/bin/python3 with torch 1.13")
+def test_real_torch_where(tmp_path):
+    """4 ranks save with torch 1.13 (single_file_per_rank True and False);
+    the bytes at every `where` range torch.load to the saved chunk."""
+    script = tmp_path / "save.py"
+    script.write_text(SAVE_SCRIPT)
+    subprocess.run(["/usr/bin/python3", str(script), str(tmp_path / "ckpt")], check=True,
+                   timeout=180, cwd=str(tmp_path))
+    for layout in ("per_rank", "per_item"):
+        check_real(tmp_path, tmp_path / "ckpt" / layout)
+
+
+def check_real(tmp_path, ckpt):
+    # check in a torch process: every chunk's bytes torch.load to the saved values
+    check = tmp_path / "check.py"
+    check.write_text(SAVE_SCRIPT.split("if __name__")[0] + textwrap.dedent(r'''
+        import io, json, subprocess
+        import torch
+        admin, ckpt = sys.argv[1], sys.argv[2]
+        ls = json.loads(subprocess.check_output([admin, "ls", ckpt, "--json"]))
+        want = {f: (s, d) for f, s, d, _ in SHARDED}
+        want.update({f: (s, d) for f, s, d in REPLICATED})
+        assert sorted(t["fqn"] for t in ls["tensors"]) == sorted(want), ls
+        assert [b["fqn"] for b in ls["bytes"]] == ["optim.step"]
+        n = 0
+        for fqn, (shape, dt) in want.items():
+            w = json.loads(subprocess.check_output([admin, "where", ckpt, fqn, "--json"]))
+            assert w["shape"] == list(shape) and w["dtype"] == dt, w
+            ref = full(torch, shape, dt)
+            covered = 0
+            for c in w["chunks"]:
+                with open(os.path.join(ckpt, c["file"]), "rb") as f:
+                    f.seek(c["offset"])
+                    blob = f.read(c["length"])
+                got = torch.load(io.BytesIO(blob))
+                exp = ref
+                for d, (o, s) in enumerate(zip(c["offsets"], c["sizes"])):
+                    exp = exp.narrow(d, o, s)
+                assert got.dtype == exp.dtype and torch.equal(got, exp), (fqn, c)
+                covered += got.numel()
+                n += 1
+            assert covered == ref.numel(), fqn
+        w = json.loads(subprocess.check_output([admin, "where", ckpt, "optim.step", "--json"]))
+        with open(os.path.join(ckpt, w["file"]), "rb") as f:
+            f.seek(w["offset"])
+            assert torch.load(io.BytesIO(f.read(w["length"]))) == 11
+        print("chunks", n)
+    '''))
+    out = subprocess.run(["/usr/bin/python3", str(check), os.path.abspath(ADMIN), str(ckpt)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "chunks 10" in out.stdout
+    _, v = run_json("verify", ckpt)
+    assert v["ok"], v
+    _, j = run_json("inspect", ckpt)
+    assert j["world_size"] == 4
+    assert j["flagged_ranks"] == 0      # 1.13: replicated tensors on rank 0 only
+    assert all(f["in_save_order"] for f in j["files"])
+
+
+def test_shared_memo_is_not_quadratic(tmp_path):
+    """20000 tensors sharing one 20000-chunk list through the memo (1.5 MB of
+    pickle, 4e8 chunks if expanded) are refused at once, not expanded."""
+    sys.path.insert(0, FIX)
+    import make_fixtures as mf
+    L = mf.LAYOUT_BY_KEY["torch2.4-2.6"]
+    S = mf.make_stubs(L)
+    chunks = [S.Chunk(offsets=mf.Size((i,)), sizes=mf.Size((1,))) for i in range(20000)]
+    props = S.TP(dtype=mf.DTYPES["float32"])
+    sdm = {"t%d" % i: S.TSM(properties=props, size=mf.Size((20000,)), chunks=chunks)
+           for i in range(20000)}
+    md = S.MD(state_dict_metadata=sdm, planner_data=None, storage_data={}, storage_meta=None)
+    with mf.installed(S):
+        data = mf.pickle.dumps(md, protocol=4)
+    p = tmp_path / "shared.metadata"
+    p.write_bytes(data)
+    import time
+    t0 = time.time()
+    _, j = run_json("dump", p, ok=(EX_PARSE,))
+    assert j["error"]["code"] == "ELIMIT"
+    assert time.time() - t0 < 10
+
+
+# ---------------------------------------------------------------------------
+# the same checkpoints on s3rver: same answers, same index
+# ---------------------------------------------------------------------------
+def index_summary(cache, root, env=None, args=()):
+    """Per checkpoint (by key relative to root): counts, files, and the item at
+    a spread of offsets of every file, from the index."""
+    _, ls = run_json("index", "ls", "--cache-dir", cache)
+    out = {}
+    for c in ls["checkpoints"]:
+        if not c["key"].startswith(root + "/"):
+            continue
+        rel = c["key"][len(root) + 1:]
+        _, files = run_json("index", "files", c["key"], "--cache-dir", cache, *args, env=env)
+        hits = []
+        for f in files["files"]:
+            size = f["size"] or 0
+            for off in sorted({0, size // 3, size // 2, max(0, size - 1), size}):
+                _, j = run_json("index", "at", c["key"], f["name"], off, "--next", 3,
+                                "--cache-dir", cache, *args, ok=(EX_OK, EX_NOTFOUND), env=env)
+                hits.append((f["name"], off, j.get("item"), j.get("next")))
+        out[rel] = ({k: c[k] for k in ("format", "files", "tensors", "items", "bytes")},
+                    files["files"], hits)
+    return out
+
+
+@pytest.mark.s3only
+@pytest.mark.skipif("s3" not in os.environ.get("CKPTFS_IT_STORES", "s3,dir").split(","),
+                    reason="S3 store not selected")
+def test_s3_matches_local(tmp_path, s3server):
+    import harness
+    store = harness.S3Store(s3server, harness.unique_prefix("admin-s3"))
+    local = tmp_path / "local"
+    shutil.copytree(os.path.join(FIX, "dcp-torch1.13"), local / "runs")
+    shutil.copytree(os.path.join(FIX, "safetensors", "hf-dcp"), local / "hf")
+    items = []
+    for dp, _, fns in os.walk(local):
+        for fn in fns:
+            if fn.endswith(".json") and dp == str(local / "runs"):
+                continue            # the expected JSON files are not part of a checkpoint
+            p = os.path.join(dp, fn)
+            items.append((os.path.relpath(p, local), p))
+    # s3rver 3.7.1 reports a CommonPrefix only if some object sits directly
+    # below it (a prefix holding only sub-prefixes is not listed; real S3 lists
+    # it): give runs/ an object of its own so the walk can see it
+    items.append(("runs/README", os.path.join(FIX, "README.md")))
+    store.put_many(items)
+    env = {**os.environ, **store.mount_env()}
+    s3 = store.mount_args()
+    # per-checkpoint views agree
+    for rel in ("runs/per_rank", "runs/per_item", "hf"):
+        for verb in (("ls",), ("inspect",), ("verify",), ("dump", "--hash")):
+            _, a = run_json(*verb, local / rel)
+            _, b = run_json(*verb, store.url + "/" + rel, *s3, env=env)
+            for j in (a, b):
+                j.pop("checkpoint", None)
+                j.pop("source", None)
+            assert a == b, (rel, verb)
+    _, a = run_json("where", local / "runs/per_rank", "model.embed.weight")
+    _, b = run_json("where", store.url + "/runs/per_rank/.metadata", "model.embed.weight", *s3,
+                    env=env)
+    assert a == b
+    # index rebuild on the s3:// URL and on the local directory: the same index
+    cl, cs = str(tmp_path / "cache-local"), str(tmp_path / "cache-s3")
+    _, rl = run_json("index", "rebuild", local, "--cache-dir", cl)
+    _, rs = run_json("index", "rebuild", store.url, *s3, "--cache-dir", cs, env=env)
+    assert rl["indexed"] == rs["indexed"] == 3 and rs["failed"] == 0, rs
+    sl = index_summary(cl, os.path.realpath(local))
+    ss = index_summary(cs, store.url, env=env, args=s3)
+    assert sl == ss
+    assert len(sl) == 3

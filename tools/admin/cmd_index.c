@@ -1,0 +1,735 @@
+/*
+ * tools/admin/cmd_index.c - the persistent index (index/idxdb.h):
+ *   index rebuild STORE[/PATH]          find, parse and index every checkpoint
+ *   index ls                            checkpoints in the index
+ *   index files CKPT                    files an indexed checkpoint names
+ *   index at CKPT FILE OFFSET [--next N]  item at a byte offset (+ followers)
+ *   index where CKPT FQN                chunks of FQN, answered from the index
+ *   index bench CKPT [--lookups N]      time parse, index build and offset lookups
+ *
+ * The index lives in CACHE/index (LMDB). Checkpoints are keyed by their
+ * canonical location: the absolute directory path for local stores (later
+ * the s3:// URL). rebuild opens the database with IDXDB_RESET, so an index
+ * of an older schema is replaced; the query verbs open it read-only.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "admin.h"
+#include "dcp.h"
+#include "idxdb.h"
+#include "pickle.h"
+
+/* mkdir -p */
+static int mkdirs(const char *path)
+{
+    char *p = strdup(path);
+    if (!p)
+        return -ENOMEM;
+    for (char *s = p + 1; *s; s++) {
+        if (*s != '/')
+            continue;
+        *s = '\0';
+        if (mkdir(p, 0755) && errno != EEXIST) {
+            int e = -errno;
+            free(p);
+            return e;
+        }
+        *s = '/';
+    }
+    int rc = mkdir(p, 0755) && errno != EEXIST ? -errno : 0;
+    free(p);
+    return rc;
+}
+
+/* CACHE/index, malloc'd; creates CACHE when create is set. */
+static char *index_dir(const struct admin_opts *o, int create)
+{
+    char buf[4096];
+    const char *x = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    if (o->cache_dir)
+        snprintf(buf, sizeof(buf), "%s", o->cache_dir);
+    else if (x && *x)
+        snprintf(buf, sizeof(buf), "%s/ckptfs", x);
+    else
+        snprintf(buf, sizeof(buf), "%s/.cache/ckptfs", home && *home ? home : ".");
+    if (create && mkdirs(buf)) {
+        fprintf(stderr, "ckptfs-admin: cannot create %s: %s\n", buf, strerror(errno));
+        return NULL;
+    }
+    size_t n = strlen(buf);
+    char *d = malloc(n + 8);
+    if (d)
+        snprintf(d, n + 8, "%s/index", buf);
+    return d;
+}
+
+static int open_db(const struct admin_opts *o, int write, struct idxdb **db)
+{
+    char *dir = index_dir(o, write);
+    if (!dir)
+        return EX_IO;
+    struct idxdb_options opt;
+    idxdb_options_default(&opt);
+    opt.flags = write ? IDXDB_RESET : IDXDB_RDONLY;
+    struct ckpt_err e;
+    int rc = idxdb_open(dir, &opt, db, &e);
+    int ex = rc ? report(o, rc == -ENOENT ? EX_DB : EX_DB, dir, &e, rc) : 0;
+    free(dir);
+    return ex;
+}
+
+/* ---- rebuild ---------------------------------------------------------- */
+
+struct found {
+    char **dirs;
+    size_t n, cap;
+};
+
+static int on_found(void *arg, const char *dir, int format)
+{
+    (void)format;
+    struct found *f = arg;
+    if (f->n == f->cap) {
+        size_t ncap = f->cap ? f->cap * 2 : 16;
+        char **d = realloc(f->dirs, ncap * sizeof(*d));
+        if (!d)
+            return -ENOMEM;
+        f->dirs = d;
+        f->cap = ncap;
+    }
+    if (!(f->dirs[f->n] = strdup(dir)))
+        return -ENOMEM;
+    f->n++;
+    return 0;
+}
+
+static char *ckpt_key(const char *url, const char *dir)
+{
+    return *dir ? ckpt_path_join(url, dir) : strdup(url);
+}
+
+struct stale {
+    const char *prefix;
+    size_t plen;
+    struct found *found; /* keys seen in this rebuild */
+    struct found drop;
+};
+
+static int on_listed(void *arg, const struct idxdb_ckpt *c)
+{
+    struct stale *s = arg;
+    if (c->key_len < s->plen || memcmp(c->key, s->prefix, s->plen) != 0)
+        return 0;
+    if (c->key_len > s->plen && c->key[s->plen] != '/' && s->prefix[s->plen - 1] != '/')
+        return 0;
+    for (size_t i = 0; i < s->found->n; i++)
+        if (strlen(s->found->dirs[i]) == c->key_len &&
+            memcmp(s->found->dirs[i], c->key, c->key_len) == 0)
+            return 0;
+    char *k = strndup(c->key, c->key_len);
+    if (!k || on_found(&s->drop, k, 0)) {
+        free(k);
+        return 1;
+    }
+    free(k);
+    return 0;
+}
+
+static int index_rebuild(struct admin_opts *o)
+{
+    if (o->argc != 2) {
+        fprintf(stderr, "usage: ckptfs-admin index rebuild STORE[/PATH] [--cache-dir DIR]\n");
+        return EX_USAGE;
+    }
+    struct admin_src src;
+    int ex = src_open(o, o->argv[1], &src);
+    if (ex)
+        return ex;
+    if (src.file) {
+        fprintf(stderr, "ckptfs-admin: %s: not a directory\n", src.url);
+        src_close(&src);
+        return EX_USAGE;
+    }
+    struct idxdb *db = NULL;
+    struct found found = {0}, keys = {0};
+    json_t *report_list = json_array();
+    int nfail = 0, nok = 0, ndropped = 0;
+    if ((ex = open_db(o, 1, &db)))
+        goto out;
+    int rc = ckpt_find(&src.io, "", 32, on_found, &found);
+    if (rc) {
+        struct ckpt_err e;
+        ckpt_err_clear(&e);
+        ckpt_err_set(&e, rc, CKPT_NOPOS, "cannot walk the store: %s", ckpt_strerror(rc));
+        ex = report(o, EX_IO, src.url, &e, rc);
+        goto out;
+    }
+    if (!o->quiet)
+        fprintf(stderr, "ckptfs-admin: %zu checkpoint(s) under %s\n", found.n, src.url);
+    for (size_t i = 0; i < found.n; i++) {
+        const char *dir = found.dirs[i];
+        char *key = ckpt_key(src.url, dir);
+        struct ckpt *c = NULL;
+        struct ckpt_err e;
+        ckpt_err_clear(&e);
+        rc = key ? ckpt_load(&src.io, dir, NULL, &c, &e) : -ENOMEM;
+        char fp[IDXDB_FP_MAX] = "";
+        uint64_t id = 0;
+        if (!rc && c->source && src.io.fingerprint)
+            src.io.fingerprint(src.io.ctx, c->source, fp, sizeof(fp));
+        if (!rc) {
+            rc = idxdb_put(db, key, fp, c, &id, &e);
+            if (rc && exit_for(rc) == EX_DB) {
+                ex = report(o, EX_DB, key, &e, rc);
+                ckpt_free(c);
+                free(key);
+                goto out;
+            }
+        }
+        int missing = 0;
+        for (uint32_t f = 0; !rc && f < c->nfiles; f++)
+            missing += c->files[f].present == 0;
+        json_t *entry =
+            json_pack("{s:s,s:s}", "key", key ? key : "", "status", rc ? "failed" : "indexed");
+        if (rc) {
+            nfail++;
+            json_object_set_new(entry, "error", json_string(e.msg[0] ? e.msg : ckpt_strerror(rc)));
+            json_object_set_new(entry, "exit", json_integer(exit_for(rc)));
+            if (!o->quiet)
+                fprintf(stderr, "[%zu/%zu] %s: FAILED: %s\n", i + 1, found.n, key ? key : dir,
+                        e.msg[0] ? e.msg : ckpt_strerror(rc));
+        } else {
+            nok++;
+            json_object_set_new(entry, "format",
+                                json_string(c->format == CKPT_FORMAT_DCP ? "dcp" : "safetensors"));
+            json_object_set_new(entry, "items", json_integer(c->nitems));
+            json_object_set_new(entry, "files", json_integer(c->nfiles));
+            json_object_set_new(entry, "missing_files", json_integer(missing));
+            if (!o->quiet)
+                fprintf(stderr, "[%zu/%zu] %s: %u items, %u files%s\n", i + 1, found.n, key,
+                        c->nitems, c->nfiles, missing ? " (some files missing)" : "");
+            on_found(&keys, key, 0);
+        }
+        json_array_append_new(report_list, entry);
+        ckpt_free(c);
+        free(key);
+    }
+    /* forget checkpoints under this path that are gone */
+    struct idxdb_txn *t;
+    struct ckpt_err e;
+    struct stale st = {src.url, strlen(src.url), &keys, {0}};
+    if (idxdb_begin(db, &t, &e) == 0) {
+        idxdb_ckpt_list(t, on_listed, &st);
+        idxdb_end(t);
+    }
+    for (size_t i = 0; i < st.drop.n; i++) {
+        if (idxdb_drop(db, st.drop.dirs[i], &e) == 0)
+            ndropped++;
+        free(st.drop.dirs[i]);
+    }
+    free(st.drop.dirs);
+    if (!o->quiet)
+        fprintf(stderr, "ckptfs-admin: %d indexed, %d failed, %d stale entries removed\n", nok,
+                nfail, ndropped);
+    ex = nfail ? EX_CHECK : EX_OK;
+    if (o->json) {
+        json_out(json_pack("{s:s,s:i,s:i,s:i,s:O}", "store", src.url, "indexed", nok, "failed",
+                           nfail, "removed", ndropped, "checkpoints", report_list));
+    } else {
+        for (size_t i = 0; i < json_array_size(report_list); i++) {
+            json_t *en = json_array_get(report_list, i);
+            printf("%-8s %s\n", json_string_value(json_object_get(en, "status")),
+                   json_string_value(json_object_get(en, "key")));
+        }
+    }
+out:
+    json_decref(report_list);
+    for (size_t i = 0; i < found.n; i++)
+        free(found.dirs[i]);
+    free(found.dirs);
+    for (size_t i = 0; i < keys.n; i++)
+        free(keys.dirs[i]);
+    free(keys.dirs);
+    idxdb_close(db);
+    src_close(&src);
+    return ex;
+}
+
+/* ---- queries ---------------------------------------------------------- */
+
+static int on_ckpt(void *arg, const struct idxdb_ckpt *c)
+{
+    json_t *a = arg;
+    json_array_append_new(a, json_pack("{s:s%,s:I,s:s,s:i,s:i,s:i,s:i,s:I,s:s%}", "key", c->key,
+                                       c->key_len, "id", (json_int_t)c->id, "format",
+                                       c->format == CKPT_FORMAT_DCP ? "dcp" : "safetensors",
+                                       "files", (int)c->nfiles, "tensors", (int)c->ntensors,
+                                       "items", (int)c->nitems, "bytes", (int)c->nbytes, "built_at",
+                                       (json_int_t)c->built_at, "fingerprint", c->fingerprint,
+                                       c->fingerprint_len));
+    return 0;
+}
+
+static int index_ls(struct admin_opts *o)
+{
+    struct idxdb *db;
+    int ex = open_db(o, 0, &db);
+    if (ex)
+        return ex;
+    struct idxdb_txn *t;
+    struct ckpt_err e;
+    int rc = idxdb_begin(db, &t, &e);
+    if (rc) {
+        idxdb_close(db);
+        return report(o, EX_DB, "index", &e, rc);
+    }
+    json_t *a = json_array();
+    rc = idxdb_ckpt_list(t, on_ckpt, a);
+    idxdb_end(t);
+    uint64_t used = 0, map = 0;
+    idxdb_stat(db, &used, &map);
+    idxdb_close(db);
+    if (rc) {
+        json_decref(a);
+        return report(o, EX_DB, "index", NULL, rc);
+    }
+    if (o->json) {
+        json_out(json_pack("{s:o,s:I}", "checkpoints", a, "bytes_used", (json_int_t)used));
+        return EX_OK;
+    }
+    struct table tb;
+    table_init(&tb, 5, "CHECKPOINT", "FORMAT", "FILES", "ITEMS", "FINGERPRINT");
+    for (size_t i = 0; i < json_array_size(a); i++) {
+        json_t *c = json_array_get(a, i);
+        char f[16], it[16];
+        snprintf(f, sizeof(f), "%d", (int)json_integer_value(json_object_get(c, "files")));
+        snprintf(it, sizeof(it), "%d", (int)json_integer_value(json_object_get(c, "items")));
+        table_row(&tb, json_string_value(json_object_get(c, "key")),
+                  json_string_value(json_object_get(c, "format")), f, it,
+                  json_string_value(json_object_get(c, "fingerprint")));
+    }
+    table_print(&tb, stdout);
+    table_free(&tb);
+    printf("%zu checkpoint(s), %" PRIu64 " bytes used\n", json_array_size(a), used);
+    json_decref(a);
+    return EX_OK;
+}
+
+/* Open the index read-only and find the checkpoint named by arg. */
+struct qctx {
+    struct idxdb *db;
+    struct idxdb_txn *t;
+    struct idxdb_ckpt c;
+    char *key;
+};
+
+static int query_open(struct admin_opts *o, const char *arg, struct qctx *q)
+{
+    memset(q, 0, sizeof(*q));
+    struct admin_src src;
+    int ex = src_open(o, arg, &src);
+    if (ex)
+        return ex;
+    q->key = src.file ? strdup(src.root) : strdup(src.url);
+    src_close(&src);
+    if (!q->key)
+        return EX_IO;
+    if ((ex = open_db(o, 0, &q->db)))
+        return ex;
+    struct ckpt_err e;
+    int rc = idxdb_begin(q->db, &q->t, &e);
+    if (rc)
+        return report(o, EX_DB, "index", &e, rc);
+    rc = idxdb_ckpt_get(q->t, q->key, &q->c);
+    if (rc) {
+        ckpt_err_clear(&e);
+        ckpt_err_set(&e, rc, CKPT_NOPOS, "not in the index (run: ckptfs-admin index rebuild)");
+        return report(o, rc == CKPT_NOTFOUND ? EX_NOTFOUND : EX_DB, q->key, &e, rc);
+    }
+    return 0;
+}
+
+static void query_close(struct qctx *q)
+{
+    idxdb_end(q->t);
+    idxdb_close(q->db);
+    free(q->key);
+}
+
+static int on_file(void *arg, const struct idxdb_file *f)
+{
+    json_array_append_new(
+        arg,
+        json_pack("{s:s%,s:o,s:b,s:i,s:i}", "name", f->name, f->name_len, "size",
+                  f->size == CKPT_SIZE_UNKNOWN ? json_null() : json_integer((json_int_t)f->size),
+                  "present", f->present == 1, "rank", f->rank, "items", (int)f->nitems));
+    return 0;
+}
+
+static int index_files(struct admin_opts *o)
+{
+    if (o->argc != 2) {
+        fprintf(stderr, "usage: ckptfs-admin index files CKPT\n");
+        return EX_USAGE;
+    }
+    struct qctx q;
+    int ex = query_open(o, o->argv[1], &q);
+    if (!ex) {
+        json_t *a = json_array();
+        idxdb_files(q.t, q.c.id, on_file, a);
+        if (o->json) {
+            json_out(json_pack("{s:s,s:o}", "checkpoint", q.key, "files", a));
+        } else {
+            for (size_t i = 0; i < json_array_size(a); i++)
+                printf("%s\n", json_string_value(json_object_get(json_array_get(a, i), "name")));
+            json_decref(a);
+        }
+    }
+    query_close(&q);
+    return ex;
+}
+
+static json_t *span_json(struct qctx *q, const struct idxdb_span *s)
+{
+    struct idxdb_item it;
+    json_t *j = json_pack("{s:i,s:I,s:I}", "item", (int)s->item, "offset", (json_int_t)s->offset,
+                          "length", (json_int_t)s->length);
+    if (idxdb_item_get(q->t, q->c.id, s->item, &it) == 0) {
+        json_object_set_new(j, "fqn", json_stringn(it.fqn, it.fqn_len));
+        json_object_set_new(j, "kind",
+                            json_string(it.kind == CKPT_ITEM_BYTES ? "bytes" : "tensor"));
+        if (it.kind == CKPT_ITEM_TENSOR) {
+            json_t *co = json_array();
+            for (uint32_t d = 0; d < it.ndim; d++)
+                json_array_append_new(co, json_integer(idxdb_i64(it.chunk_offsets, d)));
+            json_object_set_new(j, "chunk", json_integer(it.chunk));
+            json_object_set_new(j, "chunk_offset", co);
+        }
+    }
+    return j;
+}
+
+static int index_at(struct admin_opts *o)
+{
+    if (o->argc != 4) {
+        fprintf(stderr, "usage: ckptfs-admin index at CKPT FILE OFFSET [--next N]\n");
+        return EX_USAGE;
+    }
+    char *end;
+    unsigned long long off = strtoull(o->argv[3], &end, 0);
+    if (*end || o->argv[3][0] == '-') {
+        fprintf(stderr, "ckptfs-admin: bad offset '%s'\n", o->argv[3]);
+        return EX_USAGE;
+    }
+    struct qctx q;
+    int ex = query_open(o, o->argv[1], &q);
+    if (ex) {
+        query_close(&q);
+        return ex;
+    }
+    uint32_t file;
+    struct idxdb_span s;
+    struct ckpt_err e;
+    ckpt_err_clear(&e);
+    int rc = idxdb_file_find(q.t, q.c.id, o->argv[2], &file);
+    if (rc) {
+        ckpt_err_set(&e, rc, CKPT_NOPOS, "the checkpoint names no file '%s'", o->argv[2]);
+        ex = report(o, EX_NOTFOUND, q.key, &e, rc);
+    } else if ((rc = idxdb_item_at(q.t, q.c.id, file, off, &s))) {
+        ckpt_err_set(&e, rc, CKPT_NOPOS, "no item holds byte %llu of %s", off, o->argv[2]);
+        ex = report(o, rc == CKPT_NOTFOUND ? EX_NOTFOUND : EX_DB, q.key, &e, rc);
+    } else {
+        json_t *hit = span_json(&q, &s), *next = json_array();
+        for (long i = 0; i < o->next && idxdb_layout_next(q.t, &s) == 0; i++)
+            json_array_append_new(next, span_json(&q, &s));
+        if (o->json) {
+            json_out(json_pack("{s:s,s:s,s:I,s:o,s:o}", "checkpoint", q.key, "file", o->argv[2],
+                               "at", (json_int_t)off, "item", hit, "next", next));
+        } else {
+            struct table tb;
+            table_init(&tb, 5, "ITEM", "FQN", "KIND", "OFFSET", "LENGTH");
+            for (size_t i = 0; i <= json_array_size(next); i++) {
+                json_t *x = i ? json_array_get(next, i - 1) : hit;
+                char a[16], b[32], c[32];
+                snprintf(a, sizeof(a), "%d", (int)json_integer_value(json_object_get(x, "item")));
+                table_row(&tb, a, json_string_value(json_object_get(x, "fqn")),
+                          json_string_value(json_object_get(x, "kind")),
+                          fmt_u64(b, sizeof(b),
+                                  (uint64_t)json_integer_value(json_object_get(x, "offset"))),
+                          fmt_u64(c, sizeof(c),
+                                  (uint64_t)json_integer_value(json_object_get(x, "length"))));
+            }
+            table_print(&tb, stdout);
+            table_free(&tb);
+            json_decref(hit);
+            json_decref(next);
+        }
+    }
+    query_close(&q);
+    return ex;
+}
+
+static int index_where(struct admin_opts *o)
+{
+    if (o->argc != 3) {
+        fprintf(stderr, "usage: ckptfs-admin index where CKPT FQN\n");
+        return EX_USAGE;
+    }
+    struct qctx q;
+    int ex = query_open(o, o->argv[1], &q);
+    if (ex) {
+        query_close(&q);
+        return ex;
+    }
+    enum ckpt_item_kind kind;
+    uint32_t idx;
+    struct ckpt_err e;
+    ckpt_err_clear(&e);
+    int rc = idxdb_fqn_find(q.t, q.c.id, o->argv[2], &kind, &idx);
+    if (rc) {
+        ckpt_err_set(&e, rc, CKPT_NOPOS, "no tensor or bytes entry '%s'", o->argv[2]);
+        ex = report(o, EX_NOTFOUND, q.key, &e, rc);
+        query_close(&q);
+        return ex;
+    }
+    json_t *chunks = json_array();
+    json_t *j = json_pack("{s:s,s:s}", "fqn", o->argv[2], "kind",
+                          kind == CKPT_ITEM_BYTES ? "bytes" : "tensor");
+    uint32_t nitems = 1;
+    struct idxdb_tensor t;
+    if (kind == CKPT_ITEM_TENSOR) {
+        if (idxdb_tensor_get(q.t, q.c.id, idx, &t) == 0) {
+            nitems = t.nchunks;
+            json_object_set_new(j, "dtype", json_stringn(t.dtype, t.dtype_len));
+            json_t *sh = json_array();
+            for (uint32_t d = 0; d < t.ndim; d++)
+                json_array_append_new(sh, json_integer(idxdb_i64(t.size, d)));
+            json_object_set_new(j, "shape", sh);
+        } else {
+            nitems = 0;
+        }
+    }
+    for (uint32_t k = 0; k < nitems; k++) {
+        uint32_t item = kind == CKPT_ITEM_TENSOR ? idxdb_u32(t.chunk_items, k) : idx;
+        struct idxdb_item it;
+        struct idxdb_file f;
+        if (idxdb_item_get(q.t, q.c.id, item, &it) || idxdb_file_get(q.t, q.c.id, it.file, &f))
+            continue;
+        json_t *co = json_array();
+        for (uint32_t d = 0; d < it.ndim; d++)
+            json_array_append_new(co, json_integer(idxdb_i64(it.chunk_offsets, d)));
+        json_array_append_new(chunks,
+                              json_pack("{s:i,s:o,s:s%,s:I,s:I}", "item", (int)item, "offsets", co,
+                                        "file", f.name, f.name_len, "offset", (json_int_t)it.offset,
+                                        "length", (json_int_t)it.length));
+    }
+    json_object_set_new(j, "chunks", chunks);
+    if (o->json) {
+        json_out(j);
+    } else {
+        for (size_t i = 0; i < json_array_size(chunks); i++) {
+            json_t *c = json_array_get(chunks, i);
+            printf("%s  offset %" PRId64 "  length %" PRId64 "\n",
+                   json_string_value(json_object_get(c, "file")),
+                   (int64_t)json_integer_value(json_object_get(c, "offset")),
+                   (int64_t)json_integer_value(json_object_get(c, "length")));
+        }
+        json_decref(j);
+    }
+    query_close(&q);
+    return ex;
+}
+
+/* ---- bench ------------------------------------------------------------ */
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static uint64_t xorshift(uint64_t *s)
+{
+    uint64_t x = *s;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return *s = x;
+}
+
+/* Times, for the checkpoint CKPT (a .metadata file or directory): reading
+ * the metadata, the pickle parse alone, the full DCP extraction, building
+ * the LMDB index, then N random "item at byte X of file F" lookups (X drawn
+ * uniformly inside random non-empty items) in one read transaction, the
+ * same with a transaction per 1000 lookups, and in memory (ckpt_item_at).
+ * Every lookup's answer is checked against the model. */
+static int index_bench(struct admin_opts *o)
+{
+    if (o->argc != 2) {
+        fprintf(stderr, "usage: ckptfs-admin index bench CKPT [--lookups N] [--cache-dir DIR]\n");
+        return EX_USAGE;
+    }
+    long nlook = o->lookups > 0 ? o->lookups : 1000000;
+    struct admin_src src;
+    int ex = src_open(o, o->argv[1], &src);
+    if (ex)
+        return ex;
+    struct ckpt_err e;
+    ckpt_err_clear(&e);
+    const char *meta = src.file ? src.file : ".metadata";
+    void *buf = NULL;
+    size_t len = 0;
+    struct ckpt *c = NULL;
+    struct idxdb *db = NULL;
+    double t0 = now();
+    int rc = ckpt_io_read_all(&src.io, meta, (size_t)1 << 32, &buf, &len);
+    double t_read = now() - t0;
+    if (rc) {
+        ex = report(o, EX_IO, src.url, NULL, rc);
+        goto out;
+    }
+    struct pkl_doc *doc;
+    struct dcp_options dopt;
+    dcp_options_default(&dopt);
+    t0 = now();
+    rc = pkl_parse(buf, len, &dopt.pkl, &doc, &e);
+    double t_pickle = now() - t0;
+    size_t nvalues = doc ? doc->nvalues : 0;
+    pkl_free(doc);
+    t0 = now();
+    if (!rc)
+        rc = dcp_parse(buf, len, &dopt, &c, &e);
+    double t_parse = now() - t0;
+    if (rc) {
+        ex = report(o, exit_for(rc), src.url, &e, rc);
+        goto out;
+    }
+    if ((ex = open_db(o, 1, &db)))
+        goto out;
+    char key[600];
+    snprintf(key, sizeof(key), "bench:%s/%s", src.root, meta);
+    t0 = now();
+    uint64_t id;
+    rc = idxdb_put(db, key, "", c, &id, &e);
+    double t_build = now() - t0;
+    if (rc) {
+        ex = report(o, EX_DB, key, &e, rc);
+        goto out;
+    }
+    uint64_t used = 0, map = 0;
+    idxdb_stat(db, &used, &map);
+
+    /* lookup targets: random bytes inside random non-empty items */
+    uint32_t *nonempty = malloc(sizeof(uint32_t) * (c->nitems + 1));
+    size_t nn = 0;
+    for (uint32_t i = 0; nonempty && i < c->nitems; i++)
+        if (c->items[i].length)
+            nonempty[nn++] = i;
+    if (!nonempty || !nn) {
+        free(nonempty);
+        fprintf(stderr, "ckptfs-admin: nothing to look up\n");
+        ex = EX_NOTFOUND;
+        goto out;
+    }
+    struct target {
+        uint32_t file, item;
+        uint64_t off;
+    } *tg = malloc(sizeof(*tg) * (size_t)nlook);
+    uint64_t seed = 0x9e3779b97f4a7c15ull;
+    for (long i = 0; tg && i < nlook; i++) {
+        const struct ckpt_item *it = &c->items[nonempty[xorshift(&seed) % nn]];
+        tg[i].file = it->file;
+        tg[i].off = it->offset + xorshift(&seed) % it->length;
+        tg[i].item = ckpt_item_at(c, it->file, tg[i].off);
+    }
+    free(nonempty);
+    if (!tg) {
+        ex = EX_IO;
+        goto out;
+    }
+    long wrong = 0;
+    struct idxdb_txn *t;
+    struct idxdb_span sp;
+    idxdb_begin(db, &t, &e);
+    t0 = now();
+    for (long i = 0; i < nlook; i++)
+        if (idxdb_item_at(t, id, tg[i].file, tg[i].off, &sp) || sp.item != tg[i].item)
+            wrong++;
+    double t_look = now() - t0;
+    idxdb_end(t);
+    long nshort = nlook < 100000 ? nlook : 100000;
+    t0 = now();
+    t = NULL;
+    for (long i = 0; i < nshort; i++) {
+        if (i % 1000 == 0) {
+            idxdb_end(t);
+            idxdb_begin(db, &t, &e);
+        }
+        if (idxdb_item_at(t, id, tg[i].file, tg[i].off, &sp) || sp.item != tg[i].item)
+            wrong++;
+    }
+    idxdb_end(t);
+    double t_short = now() - t0;
+    t0 = now();
+    for (long i = 0; i < nlook; i++)
+        if (ckpt_item_at(c, tg[i].file, tg[i].off) != tg[i].item)
+            wrong++;
+    double t_mem = now() - t0;
+    free(tg);
+    idxdb_drop(db, key, &e);
+    json_t *j =
+        json_pack("{s:s,s:I,s:i,s:i,s:i,s:I,s:f,s:f,s:f,s:f,s:f,s:I,s:I,s:f,s:f,s:f,s:I}",
+                  "metadata", src.url, "metadata_bytes", (json_int_t)len, "items", (int)c->nitems,
+                  "tensors", (int)c->ntensors, "files", (int)c->nfiles, "pickle_values",
+                  (json_int_t)nvalues, "read_s", t_read, "pickle_parse_s", t_pickle, "parse_s",
+                  t_parse, "index_build_s", t_build, "parse_and_build_s", t_parse + t_build,
+                  "index_bytes", (json_int_t)used, "lookups", (json_int_t)nlook, "lookups_per_s",
+                  nlook / t_look, "lookups_per_s_txn_per_1000", nshort / t_short,
+                  "lookups_per_s_in_memory", nlook / t_mem, "wrong_answers", (json_int_t)wrong);
+    if (o->json) {
+        json_out(j);
+    } else {
+        printf("%s: %zu bytes, %u items, %u tensors, %u files\n", src.url, len, c->nitems,
+               c->ntensors, c->nfiles);
+        printf("read %.3f s, pickle parse %.3f s, DCP parse %.3f s, index build %.3f s\n", t_read,
+               t_pickle, t_parse, t_build);
+        printf("index size %" PRIu64 " bytes\n", used);
+        printf("item-at-offset: %.0f lookups/s (one read txn), %.0f/s (txn per 1000), "
+               "%.0f/s in memory; %ld wrong\n",
+               nlook / t_look, nshort / t_short, nlook / t_mem, wrong);
+        json_decref(j);
+    }
+    if (wrong)
+        ex = EX_CHECK;
+out:
+    free(buf);
+    ckpt_free(c);
+    idxdb_close(db);
+    src_close(&src);
+    return ex;
+}
+
+int cmd_index(struct admin_opts *o)
+{
+    const char *sub = o->argc ? o->argv[0] : "";
+    if (strcmp(sub, "rebuild") == 0)
+        return index_rebuild(o);
+    if (strcmp(sub, "ls") == 0)
+        return index_ls(o);
+    if (strcmp(sub, "files") == 0)
+        return index_files(o);
+    if (strcmp(sub, "at") == 0)
+        return index_at(o);
+    if (strcmp(sub, "where") == 0)
+        return index_where(o);
+    if (strcmp(sub, "bench") == 0)
+        return index_bench(o);
+    fprintf(stderr, "usage: ckptfs-admin index rebuild|ls|files|at|where ... (see --help)\n");
+    return EX_USAGE;
+}

@@ -1,0 +1,116 @@
+/*
+ * tools/admin/io_local.c - struct ckpt_io over a local directory: stat,
+ * pread and readdir below a root path. Paths come from the index library
+ * already validated as relative (no "..", no leading '/').
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "admin.h"
+
+static char *full(const char *root, const char *path)
+{
+    return ckpt_path_join(root, path);
+}
+
+static int local_stat(void *ctx, const char *path, uint64_t *size, int *is_dir)
+{
+    char *p = full(ctx, path);
+    if (!p)
+        return -ENOMEM;
+    struct stat st;
+    int rc = stat(p, &st);
+    free(p);
+    if (rc)
+        return -errno;
+    *size = S_ISDIR(st.st_mode) ? 0 : (uint64_t)st.st_size;
+    *is_dir = S_ISDIR(st.st_mode);
+    return 0;
+}
+
+static int local_read(void *ctx, const char *path, uint64_t off, void *buf, size_t len,
+                      size_t *nread)
+{
+    char *p = full(ctx, path);
+    if (!p)
+        return -ENOMEM;
+    int fd = open(p, O_RDONLY | O_CLOEXEC);
+    free(p);
+    if (fd < 0)
+        return -errno;
+    size_t got = 0;
+    int rc = 0;
+    while (got < len) {
+        ssize_t n = pread(fd, (char *)buf + got, len - got, (off_t)(off + got));
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            rc = -errno;
+            break;
+        }
+        if (n == 0)
+            break;
+        got += (size_t)n;
+    }
+    close(fd);
+    *nread = got;
+    return rc;
+}
+
+static int local_list(void *ctx, const char *dir, ckpt_io_list_fn fn, void *arg)
+{
+    char *p = full(ctx, dir);
+    if (!p)
+        return -ENOMEM;
+    DIR *d = opendir(p);
+    free(p);
+    if (!d)
+        return -errno;
+    int dfd = dirfd(d);
+    struct dirent *e;
+    int rc = 0;
+    errno = 0;
+    while ((e = readdir(d))) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        struct stat st;
+        if (fstatat(dfd, e->d_name, &st, 0))
+            continue; /* dangling symlink or raced away */
+        if (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode))
+            continue;
+        if (fn(arg, e->d_name, S_ISDIR(st.st_mode), S_ISDIR(st.st_mode) ? 0 : (uint64_t)st.st_size))
+            break;
+    }
+    closedir(d);
+    return rc;
+}
+
+static int local_fingerprint(void *ctx, const char *path, char *buf, size_t len)
+{
+    char *p = full(ctx, path);
+    if (!p)
+        return -ENOMEM;
+    struct stat st;
+    int rc = stat(p, &st);
+    free(p);
+    if (rc)
+        return -errno;
+    snprintf(buf, len, "size=%lld mtime=%lld.%09ld", (long long)st.st_size,
+             (long long)st.st_mtim.tv_sec, (long)st.st_mtim.tv_nsec);
+    return 0;
+}
+
+void io_local_init(struct ckpt_io *io, const char *root)
+{
+    io->fingerprint = local_fingerprint;
+    io->ctx = (void *)root;
+    io->stat = local_stat;
+    io->read = local_read;
+    io->list = local_list;
+}

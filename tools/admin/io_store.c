@@ -1,0 +1,69 @@
+/*
+ * tools/admin/io_store.c - struct ckpt_io over a ckptfs store (fs/store.h):
+ * how ckptfs-admin reads s3:// checkpoints. The same adapter is what the
+ * filesystem needs to build indexes from its store: stat -> ops->stat,
+ * read -> ops->read (no ETag pinning), list -> ops->list, fingerprint ->
+ * the object's ETag and size.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "admin.h"
+#include "store.h"
+
+static int st_stat(void *ctx, const char *path, uint64_t *size, int *is_dir)
+{
+    struct store *s = ctx;
+    struct store_stat st;
+    int rc = s->ops->stat(s, path, &st);
+    if (rc)
+        return rc;
+    *size = st.size;
+    *is_dir = st.is_dir;
+    return 0;
+}
+
+static int st_read(void *ctx, const char *path, uint64_t off, void *buf, size_t len, size_t *nread)
+{
+    struct store *s = ctx;
+    return s->ops->read(s, path, NULL, off, len, buf, nread);
+}
+
+struct list_adapter {
+    ckpt_io_list_fn fn;
+    void *arg;
+};
+
+static int on_entry(void *arg, const char *name, const struct store_stat *st)
+{
+    struct list_adapter *a = arg;
+    return a->fn(a->arg, name, st->is_dir, st->size);
+}
+
+static int st_list(void *ctx, const char *dir, ckpt_io_list_fn fn, void *arg)
+{
+    struct store *s = ctx;
+    struct list_adapter a = {fn, arg};
+    return s->ops->list(s, dir, on_entry, &a);
+}
+
+static int st_fingerprint(void *ctx, const char *path, char *buf, size_t len)
+{
+    struct store *s = ctx;
+    struct store_stat st;
+    int rc = s->ops->stat(s, path, &st);
+    if (rc)
+        return rc;
+    snprintf(buf, len, "etag=%s size=%llu", st.etag, (unsigned long long)st.size);
+    return 0;
+}
+
+void io_store_init(struct ckpt_io *io, struct store *s)
+{
+    io->ctx = s;
+    io->stat = st_stat;
+    io->read = st_read;
+    io->list = st_list;
+    io->fingerprint = st_fingerprint;
+}
