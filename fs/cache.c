@@ -203,6 +203,11 @@ uint64_t cache_obj_size(const struct cache_obj *o)
     return o->size;
 }
 
+const char *cache_obj_path(const struct cache_obj *o)
+{
+    return o->path;
+}
+
 /* ---- blocks ---- */
 
 static void block_free_locked(struct cache *c, struct cblock *b)

@@ -13,6 +13,7 @@
 #include "core.h"
 
 #include "cache.h"
+#include "ckindex.h"
 #include "log.h"
 #include "readahead.h"
 #include "workq.h"
@@ -43,6 +44,7 @@ struct core {
     struct core_config cfg;
     struct workq *wq;
     struct cache *cache;
+    struct ckindex *index; /* NULL when no cache dir or the index cannot open */
     uid_t uid;
     gid_t gid;
     double started;
@@ -51,7 +53,8 @@ struct core {
     struct meta_entry **meta; /* META_BUCKETS chains; protected by meta_lock */
     size_t meta_count;
 
-    atomic_uint_fast64_t read_bytes; /* bytes returned to readers */
+    atomic_uint_fast64_t read_bytes;      /* bytes returned to readers */
+    atomic_uint_fast64_t item_prefetches; /* items prefetched whole, guided by the index */
     atomic_uint_fast64_t opens;
     atomic_int open_files;
 };
@@ -60,6 +63,10 @@ struct core_file {
     struct cache_obj *obj;
     pthread_mutex_t ra_lock;
     struct readahead ra; /* protected by ra_lock */
+    /* Index-guided prefetch, protected by ra_lock: the item last read and
+     * how far items have been requested ahead of it. */
+    uint64_t item_start, item_end, items_ahead_end;
+    unsigned item_streak; /* consecutive reads that moved to the next item */
 };
 
 void core_config_defaults(struct core_config *cfg)
@@ -71,6 +78,7 @@ void core_config_defaults(struct core_config *cfg)
     cfg->readahead_min = 1u << 20;
     cfg->readahead_max = 256u << 20;
     cfg->workers = 8;
+    cfg->cache_dir = NULL;
 }
 
 static double now_seconds(void)
@@ -228,6 +236,8 @@ static int readdir_entry(void *arg, const char *name, const struct store_stat *s
     int n = snprintf(rc->child, sizeof rc->child, "%s%s%s", rc->dir, *rc->dir ? "/" : "", name);
     if (n > 0 && (size_t)n < sizeof rc->child)
         meta_put(rc->core, rc->child, 0, s);
+    if (rc->core->index && !s->is_dir && strcmp(name, ".metadata") == 0)
+        ckindex_notice(rc->core->index, rc->dir, s);
     struct stat st;
     to_stat(rc->core, s, &st);
     return rc->fill(rc->arg, name, &st);
@@ -237,6 +247,22 @@ int core_readdir(struct core *core, const char *path, core_fill_fn fill, void *a
 {
     struct readdir_ctx ctx = {.core = core, .dir = store_path(path), .fill = fill, .arg = arg};
     return core->store->ops->list(core->store, ctx.dir, readdir_entry, &ctx);
+}
+
+/* Opening DIR/.metadata means DIR is a checkpoint: make sure it is indexed. */
+static void notice_checkpoint(struct core *core, const char *spath, const struct store_stat *s)
+{
+    const char *slash = strrchr(spath, '/');
+    const char *name = slash ? slash + 1 : spath;
+    if (!core->index || strcmp(name, ".metadata") != 0)
+        return;
+    char dir[4096];
+    size_t dlen = slash ? (size_t)(slash - spath) : 0;
+    if (dlen >= sizeof dir)
+        return;
+    memcpy(dir, spath, dlen);
+    dir[dlen] = '\0';
+    ckindex_notice(core->index, dir, s);
 }
 
 int core_open(struct core *core, const char *path, int flags, struct core_file **out,
@@ -251,6 +277,7 @@ int core_open(struct core *core, const char *path, int flags, struct core_file *
         return rc;
     if (s.is_dir)
         return -EISDIR;
+    notice_checkpoint(core, spath, &s);
     struct core_file *f = calloc(1, sizeof *f);
     if (!f)
         return -ENOMEM;
@@ -267,6 +294,57 @@ int core_open(struct core *core, const char *path, int flags, struct core_file *
     return 0;
 }
 
+/* Index-guided prefetch. When the file belongs to an indexed checkpoint and
+ * a read enters a new item, the whole item is fetched at once, in parallel
+ * requests, ahead of the reader (a torch.load of an item seeks between the
+ * zip's header, its directory at the end and the data: all of it is then
+ * one round trip). While reads keep moving to the next item in layout order,
+ * the items after it are fetched too, up to a window that doubles per step;
+ * a partial load that skips items fetches only the items it touches.
+ * Returns 1 if the read was planned here, 0 to leave it to the readahead
+ * (no index, no item at off, or an item larger than the readahead window).
+ * Called with f->ra_lock held. */
+static int prefetch_items(struct core *core, struct core_file *f, uint64_t off)
+{
+    if (!core->index)
+        return 0;
+    if (off >= f->item_start && off < f->item_end)
+        return f->item_end <= f->items_ahead_end; /* inside the current item */
+    uint64_t max = core->cfg.readahead_max;
+    unsigned streak = 0;
+    struct ckindex_span sp[64];
+    int n = ckindex_items(core->index, cache_obj_path(f->obj), off, 0, sp, 1);
+    if (n == 0)
+        return 0;
+    if (sp[0].offset == f->item_end && f->item_end > 0)
+        streak = f->item_streak + 1;
+    uint64_t budget = streak ? (8ull << 20) << (streak < 6 ? streak : 6) : 0;
+    if (budget > max)
+        budget = max;
+    if (budget)
+        n = ckindex_items(core->index, cache_obj_path(f->obj), off, budget, sp, 64);
+    f->item_start = sp[0].offset;
+    f->item_end = sp[0].offset + sp[0].length;
+    f->item_streak = streak;
+    if (sp[0].length > max) {
+        f->items_ahead_end = 0;
+        return 0; /* a huge item: the readahead streams it */
+    }
+    uint64_t from = f->items_ahead_end > f->item_start ? f->items_ahead_end : f->item_start;
+    for (int i = 0; i < n; i++) {
+        uint64_t a = sp[i].offset, b = sp[i].offset + sp[i].length;
+        if (b <= from)
+            continue;
+        if (a < from)
+            a = from;
+        cache_prefetch(core->cache, f->obj, a, b - a);
+        atomic_fetch_add(&core->item_prefetches, 1);
+        if (b > f->items_ahead_end)
+            f->items_ahead_end = b;
+    }
+    return 1;
+}
+
 ssize_t core_read(struct core *core, struct core_file *f, void *buf, size_t len, uint64_t off)
 {
     uint64_t size = cache_obj_size(f->obj);
@@ -274,12 +352,14 @@ ssize_t core_read(struct core *core, struct core_file *f, void *buf, size_t len,
         return 0;
     if (len > size - off)
         len = (size_t)(size - off);
-    uint64_t ahead_off, ahead_len;
     pthread_mutex_lock(&f->ra_lock);
-    readahead_advise(&f->ra, off, len, size, &ahead_off, &ahead_len);
+    if (!prefetch_items(core, f, off)) {
+        uint64_t ahead_off, ahead_len;
+        readahead_advise(&f->ra, off, len, size, &ahead_off, &ahead_len);
+        if (ahead_len)
+            cache_prefetch(core->cache, f->obj, ahead_off, ahead_len);
+    }
     pthread_mutex_unlock(&f->ra_lock);
-    if (ahead_len)
-        cache_prefetch(core->cache, f->obj, ahead_off, ahead_len);
     ssize_t n = cache_read(core->cache, f->obj, off, len, buf);
     if (n > 0)
         atomic_fetch_add(&core->read_bytes, (uint64_t)n);
@@ -298,6 +378,9 @@ int core_stats_json(struct core *core, char *buf, size_t len)
 {
     struct cache_stats cs;
     cache_get_stats(core->cache, &cs);
+    struct ckindex_stats is = {0};
+    if (core->index)
+        ckindex_get_stats(core->index, &is);
     const struct store_counters *sc = &core->store->counters;
     return snprintf(
         buf, len,
@@ -306,7 +389,9 @@ int core_stats_json(struct core *core, char *buf, size_t len)
         "\"head_requests\": %llu, \"list_requests\": %llu, \"retries\": %llu, \"errors\": %llu, "
         "\"cache\": {\"hits\": %llu, \"misses\": %llu, \"shared\": %llu, \"prefetched\": %llu, "
         "\"prefetch_skipped\": %llu, \"evictions\": %llu, \"fetch_errors\": %llu, "
-        "\"bytes_cached\": %llu, \"capacity\": %llu, \"block_size\": %u}}\n",
+        "\"bytes_cached\": %llu, \"capacity\": %llu, \"block_size\": %u}, "
+        "\"index\": {\"enabled\": %s, \"ready\": %llu, \"built\": %llu, \"reused\": %llu, "
+        "\"failed\": %llu, \"lookups\": %llu, \"item_prefetches\": %llu}}\n",
         core->store->ops->scheme, now_seconds() - core->started, atomic_load(&core->open_files),
         (unsigned long long)atomic_load(&core->opens),
         (unsigned long long)atomic_load(&core->read_bytes),
@@ -318,7 +403,10 @@ int core_stats_json(struct core *core, char *buf, size_t len)
         (unsigned long long)cs.hits, (unsigned long long)cs.misses, (unsigned long long)cs.shared,
         (unsigned long long)cs.prefetched, (unsigned long long)cs.prefetch_skipped,
         (unsigned long long)cs.evictions, (unsigned long long)cs.fetch_errors,
-        (unsigned long long)cs.bytes_cached, (unsigned long long)cs.capacity, core->cfg.block_size);
+        (unsigned long long)cs.bytes_cached, (unsigned long long)cs.capacity, core->cfg.block_size,
+        core->index ? "true" : "false", (unsigned long long)is.ready, (unsigned long long)is.built,
+        (unsigned long long)is.reused, (unsigned long long)is.failed,
+        (unsigned long long)is.lookups, (unsigned long long)atomic_load(&core->item_prefetches));
 }
 
 int core_create(struct store *store, const struct core_config *cfg, struct core **out)
@@ -344,6 +432,12 @@ int core_create(struct store *store, const struct core_config *cfg, struct core 
                                   .request_size = cfg->request_size};
         rc = cache_create(store, core->wq, &cc, &core->cache);
     }
+    if (rc == 0 && cfg->cache_dir) {
+        char err[512];
+        if (ckindex_open(cfg->cache_dir, store->description, store, core->wq, &core->index, err,
+                         sizeof err) < 0)
+            log_warn("checkpoint index disabled: %s", err);
+    }
     if (rc < 0) {
         workq_destroy(core->wq);
         free(core->meta);
@@ -359,8 +453,10 @@ void core_destroy(struct core *core)
     if (!core)
         return;
     cache_cancel(core->cache);
-    workq_destroy(core->wq); /* waits for fetches already under way */
+    ckindex_cancel(core->index);
+    workq_destroy(core->wq); /* waits for fetches and builds already under way */
     cache_destroy(core->cache);
+    ckindex_close(core->index);
     pthread_mutex_lock(&core->meta_lock);
     meta_purge_locked(core, 1);
     pthread_mutex_unlock(&core->meta_lock);

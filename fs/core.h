@@ -25,6 +25,7 @@ struct core_config {
     uint64_t readahead_min; /* first readahead window */
     uint64_t readahead_max; /* largest readahead window */
     int workers;            /* background fetch threads */
+    const char *cache_dir;  /* on-disk state (the index); NULL = none */
 };
 
 /* Defaults: 1 s attributes, 1 GiB cache, 1 MiB blocks, 8 MiB requests,

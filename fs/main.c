@@ -436,6 +436,7 @@ int main(int argc, char **argv)
         goto out_signals;
 
     /* Threads start only now: fuse_daemonize forks. */
+    o.core.cache_dir = cache_dir;
     rc = core_create(store, &o.core, &core);
     if (rc < 0) {
         log_error("cannot start: %s", strerror(-rc));

@@ -15,6 +15,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -184,7 +185,8 @@ int store_dir_open(const char *root, struct store **out, char *err, size_t errle
         return -e;
     }
     struct dir_store *ds = calloc(1, sizeof *ds);
-    if (!ds || !(ds->base.description = strdup(root))) {
+    /* The canonical name (index keys, logs) is the absolute path. */
+    if (!ds || !(ds->base.description = realpath(root, NULL))) {
         free(ds);
         close(fd);
         snprintf(err, errlen, "out of memory");

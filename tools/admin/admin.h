@@ -59,10 +59,6 @@ int src_load(const struct admin_opts *o, struct admin_src *src, struct ckpt **ou
 
 /* Local-directory implementation of struct ckpt_io (ctx = root path). */
 void io_local_init(struct ckpt_io *io, const char *root);
-/* struct ckpt_io over a store of fs/store.h (ctx = the store). */
-struct store;
-void io_store_init(struct ckpt_io *io, struct store *s);
-
 /* Map a library error code to an exit code. */
 int exit_for(int err);
 

@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 
 #include "admin.h"
+#include "ckpt_io_store.h"
 #include "store.h"
 
 int exit_for(int err)
@@ -162,7 +163,7 @@ static int src_open_s3(const struct admin_opts *o, const char *arg, struct admin
     }
     src->url = url;
     src->store = s;
-    io_store_init(&src->io, s);
+    ckpt_io_from_store(&src->io, s);
     return 0;
 }
 

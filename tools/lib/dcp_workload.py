@@ -7,7 +7,7 @@ Tensors are ShardedTensors (torch 1.13's default planner saves plain tensors fro
 rank 0 only), row-sharded across ranks; every value is a deterministic function of
 its fqn, so a load is verified element by element.
 
-  dcp_workload.py save DIR --world 4 --mb 256 [--layers 8]
+  dcp_workload.py save DIR --world 4 --mb 256 [--layers 8] [--per-rank]
   dcp_workload.py load DIR --world 4 --mb 256 [--layers 8] [--only PREFIX]
 
 Prints one JSON line: {"op", "seconds", "bytes", "world", "items"}; exits non-zero
@@ -109,7 +109,7 @@ def worker(rank, world, port, args, results):
             sd = state_dict(torch, world, names, zero=False)
             dist.barrier()
             t0 = time.monotonic()
-            save_state_dict(sd, FileSystemWriter(args.dir))
+            save_state_dict(sd, FileSystemWriter(args.dir, single_file_per_rank=args.per_rank))
             dist.barrier()
             secs = time.monotonic() - t0
             nbytes = sum(s.tensor.numel() * 4 for v in sd.values() for s in v.local_shards())
@@ -147,6 +147,8 @@ def main():
     ap.add_argument("--mb", type=int, default=256, help="total checkpoint size in MB")
     ap.add_argument("--layers", type=int, default=8)
     ap.add_argument("--only", default="", help="load only tensors whose fqn starts with this")
+    ap.add_argument("--per-rank", action="store_true",
+                    help="save one file per rank (single_file_per_rank=True) instead of one per item")
     args = ap.parse_args()
     import multiprocessing as mp
 

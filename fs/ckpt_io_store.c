@@ -1,16 +1,15 @@
 /*
- * tools/admin/io_store.c - struct ckpt_io over a ckptfs store (fs/store.h):
- * how ckptfs-admin reads s3:// checkpoints. The same adapter is what the
- * filesystem needs to build indexes from its store: stat -> ops->stat,
- * read -> ops->read (no ETag pinning), list -> ops->list, fingerprint ->
- * the object's ETag and size.
+ * fs/ckpt_io_store.c - struct ckpt_io (index/load.h) over a ckptfs store
+ * (fs/store.h): how the mount builds checkpoint indexes from its store and
+ * how ckptfs-admin reads s3:// checkpoints. stat -> ops->stat, read ->
+ * ops->read (no ETag pinning), list -> ops->list, fingerprint -> the
+ * object's ETag and size.
  */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "admin.h"
-#include "store.h"
+#include "ckpt_io_store.h"
 
 static int st_stat(void *ctx, const char *path, uint64_t *size, int *is_dir)
 {
@@ -59,7 +58,7 @@ static int st_fingerprint(void *ctx, const char *path, char *buf, size_t len)
     return 0;
 }
 
-void io_store_init(struct ckpt_io *io, struct store *s)
+void ckpt_io_from_store(struct ckpt_io *io, struct store *s)
 {
     io->ctx = s;
     io->stat = st_stat;

@@ -1,0 +1,300 @@
+/*
+ * fs/ckindex.c - building, reusing and querying checkpoint indexes for the
+ * mount (see ckindex.h).
+ *
+ * State: a chained hash from checkpoint directory (store path) to what we
+ * know of it: the .metadata fingerprint last noticed, whether its index is
+ * being built, ready (with its id in the LMDB index) or failed. Protected by
+ * ci->lock; builds and lookups run without it (LMDB has its own locking,
+ * and a read transaction per lookup is cheap).
+ */
+#include "ckindex.h"
+
+#include "ckpt_io_store.h"
+#include "idxdb.h"
+#include "log.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CKINDEX_BUCKETS 1024
+
+enum dir_state { DIR_BUILDING, DIR_READY, DIR_FAILED };
+
+struct ckdir {
+    struct ckdir *next;
+    enum dir_state state;
+    uint64_t id; /* DIR_READY: the checkpoint's id in the index */
+    char fingerprint[IDXDB_FP_MAX];
+    char dir[];
+};
+
+struct ckindex {
+    struct store *store;
+    struct workq *wq;
+    struct idxdb *db;
+    char *store_url;
+    atomic_int stopping;
+    pthread_mutex_t lock;
+    struct ckdir *dirs[CKINDEX_BUCKETS]; /* protected by lock */
+    struct ckindex_stats st;             /* protected by lock */
+};
+
+struct build_job {
+    struct ckindex *ci;
+    char fingerprint[IDXDB_FP_MAX];
+    char dir[];
+};
+
+static size_t dir_bucket(const char *dir, size_t len)
+{
+    uint64_t h = 1469598103934665603ULL;
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ (unsigned char)dir[i]) * 1099511628211ULL;
+    return h % CKINDEX_BUCKETS;
+}
+
+static struct ckdir *dir_find_locked(struct ckindex *ci, const char *dir, size_t len)
+{
+    for (struct ckdir *d = ci->dirs[dir_bucket(dir, len)]; d; d = d->next)
+        if (strlen(d->dir) == len && memcmp(d->dir, dir, len) == 0)
+            return d;
+    return NULL;
+}
+
+static void fingerprint_of(const struct store_stat *st, char *buf, size_t len)
+{
+    snprintf(buf, len, "etag=%s size=%llu", st->etag, (unsigned long long)st->size);
+}
+
+/* The index key of a checkpoint directory: the store URL joined with dir. */
+static char *key_of(const struct ckindex *ci, const char *dir)
+{
+    return *dir ? ckpt_path_join(ci->store_url, dir) : strdup(ci->store_url);
+}
+
+/* Record the outcome of a build for the version it was started for. */
+static void finish_build(struct ckindex *ci, const char *dir, const char *fp, enum dir_state state,
+                         uint64_t id, int reused)
+{
+    pthread_mutex_lock(&ci->lock);
+    struct ckdir *d = dir_find_locked(ci, dir, strlen(dir));
+    if (d && strcmp(d->fingerprint, fp) == 0) {
+        d->state = state;
+        d->id = id;
+        if (state == DIR_READY) {
+            ci->st.ready++;
+            if (reused)
+                ci->st.reused++;
+            else
+                ci->st.built++;
+        } else {
+            ci->st.failed++;
+        }
+    }
+    pthread_mutex_unlock(&ci->lock);
+}
+
+/* Reuse the stored index if its fingerprint matches: returns 1 and *id. */
+static int stored_index_matches(struct ckindex *ci, const char *key, const char *fp, uint64_t *id)
+{
+    struct idxdb_txn *t;
+    struct ckpt_err e = {0};
+    if (idxdb_begin(ci->db, &t, &e) != 0)
+        return 0;
+    struct idxdb_ckpt c;
+    int match = idxdb_ckpt_get(t, key, &c) == 0 && c.fingerprint_len == strlen(fp) &&
+                memcmp(c.fingerprint, fp, c.fingerprint_len) == 0;
+    if (match)
+        *id = c.id;
+    idxdb_end(t);
+    return match;
+}
+
+static void build_job_run(void *arg)
+{
+    struct build_job *j = arg;
+    struct ckindex *ci = j->ci;
+    uint64_t id = 0;
+    char *key = key_of(ci, j->dir);
+    if (atomic_load(&ci->stopping) || !key) {
+        finish_build(ci, j->dir, j->fingerprint, DIR_FAILED, 0, 0);
+        goto out;
+    }
+    if (stored_index_matches(ci, key, j->fingerprint, &id)) {
+        log_info("index: %s is up to date (reused)", key);
+        finish_build(ci, j->dir, j->fingerprint, DIR_READY, id, 1);
+        goto out;
+    }
+    struct ckpt_io io;
+    ckpt_io_from_store(&io, ci->store);
+    struct ckpt_load_options opt;
+    ckpt_load_options_default(&opt);
+    struct ckpt *c = NULL;
+    struct ckpt_err e = {0};
+    int rc = ckpt_load(&io, j->dir, &opt, &c, &e);
+    if (rc == 0)
+        rc = idxdb_put(ci->db, key, j->fingerprint, c, &id, &e);
+    if (rc == 0) {
+        log_info("index: built %s (%u items in %u files)", key, c->nitems, c->nfiles);
+        finish_build(ci, j->dir, j->fingerprint, DIR_READY, id, 0);
+    } else {
+        /* Once per .metadata version: the state stays FAILED until it changes. */
+        log_warn("index: cannot index %s: %s; reads continue without the index", key,
+                 e.msg[0] ? e.msg : ckpt_strerror(rc));
+        finish_build(ci, j->dir, j->fingerprint, DIR_FAILED, 0, 0);
+    }
+    ckpt_free(c);
+out:
+    free(key);
+    free(j);
+}
+
+void ckindex_notice(struct ckindex *ci, const char *dir, const struct store_stat *metadata)
+{
+    char fp[IDXDB_FP_MAX];
+    fingerprint_of(metadata, fp, sizeof fp);
+    size_t len = strlen(dir);
+    pthread_mutex_lock(&ci->lock);
+    struct ckdir *d = dir_find_locked(ci, dir, len);
+    if (d && strcmp(d->fingerprint, fp) == 0) {
+        pthread_mutex_unlock(&ci->lock);
+        return; /* this version is built, being built, or known bad */
+    }
+    if (!d) {
+        d = calloc(1, sizeof *d + len + 1);
+        if (!d) {
+            pthread_mutex_unlock(&ci->lock);
+            return;
+        }
+        memcpy(d->dir, dir, len + 1);
+        size_t b = dir_bucket(dir, len);
+        d->next = ci->dirs[b];
+        ci->dirs[b] = d;
+    } else if (d->state == DIR_READY) {
+        ci->st.ready--;
+    }
+    d->state = DIR_BUILDING;
+    snprintf(d->fingerprint, sizeof d->fingerprint, "%s", fp);
+    pthread_mutex_unlock(&ci->lock);
+
+    struct build_job *j = malloc(sizeof *j + len + 1);
+    if (!j)
+        return;
+    j->ci = ci;
+    snprintf(j->fingerprint, sizeof j->fingerprint, "%s", fp);
+    memcpy(j->dir, dir, len + 1);
+    if (workq_submit(ci->wq, build_job_run, j) < 0) {
+        finish_build(ci, dir, fp, DIR_FAILED, 0, 0);
+        free(j);
+    }
+}
+
+int ckindex_items(struct ckindex *ci, const char *path, uint64_t off, uint64_t budget,
+                  struct ckindex_span *out, int max)
+{
+    const char *slash = strrchr(path, '/');
+    size_t dlen = slash ? (size_t)(slash - path) : 0;
+    const char *name = slash ? slash + 1 : path;
+    uint64_t id = 0;
+    int ready = 0;
+    pthread_mutex_lock(&ci->lock);
+    struct ckdir *d = dir_find_locked(ci, path, dlen);
+    if (d && d->state == DIR_READY) {
+        ready = 1;
+        id = d->id;
+    }
+    pthread_mutex_unlock(&ci->lock);
+    if (!ready || max < 1)
+        return 0;
+
+    struct idxdb_txn *t;
+    struct ckpt_err e = {0};
+    if (idxdb_begin(ci->db, &t, &e) != 0)
+        return 0;
+    int n = 0;
+    uint32_t file;
+    struct idxdb_span sp;
+    if (idxdb_file_find(t, id, name, &file) == 0 && idxdb_item_at(t, id, file, off, &sp) == 0) {
+        uint64_t total = sp.length;
+        out[n++] = (struct ckindex_span){sp.offset, sp.length};
+        while (n < max && idxdb_layout_next(t, &sp) == 0 && total + sp.length <= budget) {
+            total += sp.length;
+            out[n++] = (struct ckindex_span){sp.offset, sp.length};
+        }
+    }
+    idxdb_end(t);
+    pthread_mutex_lock(&ci->lock);
+    ci->st.lookups++;
+    pthread_mutex_unlock(&ci->lock);
+    return n;
+}
+
+void ckindex_get_stats(struct ckindex *ci, struct ckindex_stats *out)
+{
+    pthread_mutex_lock(&ci->lock);
+    *out = ci->st;
+    pthread_mutex_unlock(&ci->lock);
+}
+
+int ckindex_open(const char *cache_dir, const char *store_url, struct store *store,
+                 struct workq *wq, struct ckindex **out, char *err, size_t errlen)
+{
+    struct ckindex *ci = calloc(1, sizeof *ci);
+    char *dir = ckpt_path_join(cache_dir, "index");
+    if (!ci || !dir || !(ci->store_url = strdup(store_url))) {
+        free(dir);
+        if (ci)
+            free(ci->store_url);
+        free(ci);
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    struct idxdb_options opt;
+    idxdb_options_default(&opt);
+    opt.flags |= IDXDB_RESET; /* an index of another schema is only a cache: rebuild */
+    struct ckpt_err e = {0};
+    int rc = idxdb_open(dir, &opt, &ci->db, &e);
+    if (rc != 0) {
+        snprintf(err, errlen, "cannot open the index in %s: %s", dir,
+                 e.msg[0] ? e.msg : ckpt_strerror(rc));
+        free(dir);
+        free(ci->store_url);
+        free(ci);
+        return rc < 0 ? rc : -EIO;
+    }
+    free(dir);
+    ci->store = store;
+    ci->wq = wq;
+    pthread_mutex_init(&ci->lock, NULL);
+    *out = ci;
+    return 0;
+}
+
+void ckindex_cancel(struct ckindex *ci)
+{
+    if (ci)
+        atomic_store(&ci->stopping, 1);
+}
+
+void ckindex_close(struct ckindex *ci)
+{
+    if (!ci)
+        return;
+    for (size_t b = 0; b < CKINDEX_BUCKETS; b++) {
+        struct ckdir *d = ci->dirs[b];
+        while (d) {
+            struct ckdir *next = d->next;
+            free(d);
+            d = next;
+        }
+    }
+    idxdb_close(ci->db);
+    pthread_mutex_destroy(&ci->lock);
+    free(ci->store_url);
+    free(ci);
+}

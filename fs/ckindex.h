@@ -1,0 +1,64 @@
+/*
+ * fs/ckindex.h - the mount's checkpoint indexes.
+ *
+ * When the core sees a checkpoint directory (a listing shows a .metadata,
+ * or a .metadata is opened), ckindex makes sure the persistent index
+ * (index/idxdb.h, under CACHE_DIR/index) describes that .metadata: if the
+ * stored fingerprint (ETag and size) matches, the index is reused as it is,
+ * which is what a remount sees; otherwise it is (re)built in the background
+ * from the store. A .metadata that cannot be parsed is logged once per
+ * version and its directory stays unindexed: reads work, unguided.
+ *
+ * The prefetcher asks ckindex_items() which item holds a byte of a file and
+ * which items follow it in layout order.
+ */
+#ifndef CKPTFS_CKINDEX_H
+#define CKPTFS_CKINDEX_H
+
+#include "store.h"
+#include "workq.h"
+
+#include <stdint.h>
+
+struct ckindex;
+
+struct ckindex_span {
+    uint64_t offset, length; /* one item's bytes in its file */
+};
+
+struct ckindex_stats {
+    uint64_t ready;   /* checkpoint directories with a usable index */
+    uint64_t built;   /* indexes built by this mount */
+    uint64_t reused;  /* indexes found up to date in the cache dir */
+    uint64_t failed;  /* .metadata versions that could not be indexed */
+    uint64_t lookups; /* item lookups answered */
+};
+
+/* Open (creating) the index under cache_dir/index. store_url names the
+ * store in index keys ("s3://bucket/prefix" or an absolute directory), the
+ * same keys ckptfs-admin uses. Builds run on wq. */
+int ckindex_open(const char *cache_dir, const char *store_url, struct store *store,
+                 struct workq *wq, struct ckindex **out, char *err, size_t errlen);
+
+/* Stop starting builds (queued ones return at once); call before draining
+ * the work queue. */
+void ckindex_cancel(struct ckindex *ci);
+
+/* Free everything; the work queue must be drained first. */
+void ckindex_close(struct ckindex *ci);
+
+/* The checkpoint directory dir (store path) has this .metadata: make sure
+ * its index matches, scheduling a build if needed. Never blocks on I/O. */
+void ckindex_notice(struct ckindex *ci, const char *dir, const struct store_stat *metadata);
+
+/* Items of the file at store path, starting with the one holding byte off
+ * and continuing in layout order while the total length stays within
+ * budget (the first item always counts). Writes at most max spans to out and
+ * returns how many: 0 when the file is not part of a ready index or no item
+ * holds off. */
+int ckindex_items(struct ckindex *ci, const char *path, uint64_t off, uint64_t budget,
+                  struct ckindex_span *out, int max);
+
+void ckindex_get_stats(struct ckindex *ci, struct ckindex_stats *out);
+
+#endif

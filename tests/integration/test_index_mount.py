@@ -1,0 +1,181 @@
+"""tests/integration/test_index_mount.py - the checkpoint index inside the mount.
+
+A real torch 1.13 DCP checkpoint (2 ranks, one file per rank, 8 items of ~2 MB each)
+is put on each store. Checks: opening .metadata builds the index under the cache dir
+(ckptfs-admin sees it), a remount with the same cache dir reuses it, a changed
+.metadata rebuilds it, an unparsable .metadata leaves reads working with one log
+line, and reads are guided by the index (a read inside an item fetches that whole
+item and not the rest of the file; reads that step through the items fetch ahead).
+"""
+import json
+import os
+import subprocess
+import time
+
+import pytest
+
+import harness
+
+REPO = harness.REPO_ROOT
+WORKLOAD = os.path.join(REPO, "tools", "lib", "dcp_workload.py")
+MiB = 1 << 20
+
+
+def admin_bin():
+    return os.environ.get("CKPTFS_ADMIN") or os.path.join(REPO, "build", "tools", "admin",
+                                                           "ckptfs-admin")
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    """A per-rank DCP checkpoint saved by torch 1.13 on local disk."""
+    d = str(tmp_path_factory.mktemp("ckpt") / "step_1")
+    subprocess.run(["/usr/bin/python3", WORKLOAD, "save", d, "--world", "2", "--mb", "32",
+                    "--layers", "2", "--per-rank"], check=True, capture_output=True, timeout=300)
+    return d
+
+
+def put_checkpoint(store, src, prefix="run/step_1"):
+    store.put_many([(f"{prefix}/{f}", os.path.join(src, f)) for f in sorted(os.listdir(src))])
+    return prefix
+
+
+def where(src, fqn):
+    out = subprocess.run([admin_bin(), "where", src, fqn, "--json"], check=True,
+                         capture_output=True, text=True)
+    return json.loads(out.stdout)["chunks"]
+
+
+def wait_index(m, key, want, timeout=20):
+    deadline = time.monotonic() + timeout * harness.slow_factor()
+    while time.monotonic() < deadline:
+        ix = m.stats()["index"]
+        if ix[key] >= want:
+            return ix
+        time.sleep(0.05)
+    raise AssertionError(f"index.{key} did not reach {want}: {m.stats()['index']}")
+
+
+def open_metadata(m, prefix):
+    with open(m.p(f"{prefix}/.metadata"), "rb") as f:
+        return f.read()
+
+
+def test_index_built_on_open_and_reused_on_remount(store, mounter, checkpoint, tmp_path):
+    prefix = put_checkpoint(store, checkpoint)
+    cache = str(tmp_path / "shared-cache")
+    m = mounter(store, "--cache-dir", cache, cache_dir=False)
+    assert m.stats()["index"]["enabled"] is True
+    with open(os.path.join(checkpoint, ".metadata"), "rb") as f:
+        assert open_metadata(m, prefix) == f.read()
+    ix = wait_index(m, "ready", 1)
+    assert ix["built"] == 1 and ix["reused"] == 0 and ix["failed"] == 0
+    m.close()
+
+    # The index is on local disk under the cache dir, where ckptfs-admin finds it.
+    out = subprocess.run([admin_bin(), "index", "ls", "--cache-dir", cache, "--json"],
+                         check=True, capture_output=True, text=True)
+    keys = [c["key"] for c in json.loads(out.stdout)["checkpoints"]]
+    assert any(k.endswith("/run/step_1") for k in keys), keys
+
+    m2 = mounter(store, "--cache-dir", cache, cache_dir=False)
+    open_metadata(m2, prefix)
+    ix = wait_index(m2, "ready", 1)
+    assert ix["reused"] == 1 and ix["built"] == 0, ix
+
+
+def test_listing_a_checkpoint_directory_indexes_it(store, mounter, checkpoint):
+    prefix = put_checkpoint(store, checkpoint)
+    m = mounter(store)
+    assert ".metadata" in os.listdir(m.p(prefix))
+    ix = wait_index(m, "ready", 1)
+    assert ix["built"] == 1
+
+
+def test_changed_metadata_rebuilds(store, mounter, checkpoint, tmp_path):
+    prefix = put_checkpoint(store, checkpoint)
+    cache = str(tmp_path / "cache")
+    m = mounter(store, "--cache-dir", cache, "--attr-timeout", "0.2", cache_dir=False)
+    open_metadata(m, prefix)
+    wait_index(m, "built", 1)
+    # Replace .metadata with another valid one (different items): a new version.
+    other = os.path.join(harness.REPO_ROOT, "..", "shared", "fixtures", "dcp-torch1.13",
+                         "per_rank", ".metadata")
+    store.put(f"{prefix}/.metadata", open(other, "rb").read())
+    time.sleep(0.5)
+    open_metadata(m, prefix)
+    ix = wait_index(m, "built", 2)
+    assert ix["failed"] == 0
+
+
+def test_unparsable_metadata_reads_still_work(store, mounter, tmp_path):
+    garbage = b"\x80\x04this is not a DCP pickle" + bytes(range(256)) * 8
+    shard = harness.data(3 * MiB + 7, seed=11)
+    store.put("bad/.metadata", garbage)
+    store.put("bad/__0_0.distcp", shard)
+    m = mounter(store, "--attr-timeout", "0.2")
+    for _ in range(3):
+        assert open_metadata(m, "bad") == garbage
+        assert sorted(os.listdir(m.p("bad"))) == [".metadata", "__0_0.distcp"]
+        time.sleep(0.3)
+    with open(m.p("bad/__0_0.distcp"), "rb") as f:
+        assert f.read() == shard
+    ix = wait_index(m, "failed", 1)
+    assert ix["ready"] == 0 and ix["failed"] == 1, ix
+    m.close()
+    lines = [ln for ln in m.log().splitlines() if "cannot index" in ln]
+    assert len(lines) == 1, lines  # logged once for this version, however often it is opened
+    assert "reads continue" in lines[0]
+
+
+def test_read_inside_an_item_fetches_that_item(store, mounter, checkpoint):
+    prefix = put_checkpoint(store, checkpoint)
+    chunk = where(checkpoint, "layers.1.mlp.up.weight")[0]
+    path = f"{prefix}/{chunk['file']}"
+    size = os.path.getsize(os.path.join(checkpoint, chunk["file"]))
+    m = mounter(store)
+    open_metadata(m, prefix)
+    wait_index(m, "ready", 1)
+    before = m.stats()["get_bytes"]
+    with open(m.p(path), "rb", buffering=0) as f:
+        got = os.pread(f.fileno(), 4096, chunk["offset"] + 100)
+    with open(os.path.join(checkpoint, chunk["file"]), "rb") as f:
+        f.seek(chunk["offset"] + 100)
+        assert got == f.read(4096)
+    # Let the background fetches of the item finish, then count.
+    time.sleep(0.5 * harness.slow_factor())
+    st = m.stats()
+    fetched = st["get_bytes"] - before
+    assert st["index"]["item_prefetches"] >= 1
+    assert fetched >= chunk["length"], (fetched, chunk)  # the whole item ...
+    assert fetched <= chunk["length"] + 2 * MiB, (fetched, chunk)  # ... in 1 MiB blocks
+    assert fetched < size / 2  # not the file
+
+
+def test_sequential_items_are_fetched_ahead_and_exact(store, mounter, checkpoint):
+    prefix = put_checkpoint(store, checkpoint)
+    m = mounter(store)
+    open_metadata(m, prefix)
+    wait_index(m, "ready", 1)
+    for name in ("__0_0.distcp", "__1_0.distcp"):
+        want = harness.sha256(open(os.path.join(checkpoint, name), "rb").read())
+        got, n = harness.sha256_file(m.p(f"{prefix}/{name}"), chunk=256 * 1024)
+        assert got == want and n == os.path.getsize(os.path.join(checkpoint, name))
+    st = m.stats()
+    assert st["index"]["item_prefetches"] >= 8, st["index"]
+    assert st["get_bytes"] <= 1.05 * 2 * os.path.getsize(os.path.join(checkpoint, name)) + 8192
+
+
+def test_torch_load_through_the_mount(store, mounter, checkpoint):
+    """A real DCP load (2 ranks, gloo) through the mount, every value verified."""
+    prefix = put_checkpoint(store, checkpoint)
+    m = mounter(store)
+    out = subprocess.run(["/usr/bin/python3", WORKLOAD, "load", m.p(prefix), "--world", "2",
+                          "--mb", "32", "--layers", "2"], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    assert res["bytes"] > 30_000_000
+    st = m.stats()
+    assert st["index"]["ready"] == 1
+    assert st["get_bytes"] <= 1.05 * st["read_bytes"] + 2 * MiB
