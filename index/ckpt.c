@@ -181,8 +181,10 @@ int ckpt_finish(struct ckpt *c, struct ckpt_err *err)
     }
     for (uint32_t f = 0; f < c->nfiles; f++) {
         struct ckpt_file *fi = &c->files[f];
-        qsort(keys + start[f], fi->nitems, sizeof(*keys), layout_cmp);
         fi->items = all ? all + start[f] : NULL;
+        if (fi->nitems == 0)
+            continue; /* keys is NULL when the checkpoint has no items */
+        qsort(keys + start[f], fi->nitems, sizeof(*keys), layout_cmp);
         uint64_t end = 0;
         for (uint32_t k = 0; k < fi->nitems; k++) {
             const struct layout_key *lk = &keys[start[f] + k];

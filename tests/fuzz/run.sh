@@ -29,9 +29,10 @@ seed() { # target, files...
 shopt -s nullglob
 pickles=("$fix"/dcp-stub/*.metadata "$fix"/dcp-torch1.13/*/.metadata "$fix"/malformed/pkl_*.metadata
          "$fix"/malformed/dcp_*.metadata "$fix"/malformed/*/.metadata)
-seed fuzz_pickle "${pickles[@]}"
-seed fuzz_dcp "${pickles[@]}"
-seed fuzz_safetensors "$fix"/safetensors/*.safetensors "$fix"/safetensors/*/*.safetensors \
+regress=("$repo"/tests/data/fuzz-regress/*) # inputs that once crashed: replayed first
+seed fuzz_pickle "${pickles[@]}" "${regress[@]}"
+seed fuzz_dcp "${pickles[@]}" "${regress[@]}"
+seed fuzz_safetensors "${regress[@]}" "$fix"/safetensors/*.safetensors "$fix"/safetensors/*/*.safetensors \
   "$fix"/safetensors/*/*.json "$fix"/malformed/st_*.safetensors
 
 status=0

@@ -248,8 +248,13 @@ Test(malformed, fuzz_regressions)
             ckpt_free(c);
         }
         struct st_header *h = NULL;
-        if (st_parse(exact, len, len, &h, &err) == 0)
+        if (st_parse(exact, len, len, &h, &err) == 0) {
+            const char *name = "model.safetensors";
+            struct ckpt *sc = NULL;
+            if (st_build_ckpt(&name, &h, 1, NULL, &sc, &err) == 0)
+                ckpt_free(sc);
             st_free(h);
+        }
         free(exact);
         n++;
     }
