@@ -657,11 +657,15 @@ static int s3_perform(struct s3_store *s, const struct s3_request *rq, struct s3
             return -ENOMEM;
         if (rq->counter)
             atomic_fetch_add(rq->counter, 1);
+        int64_t started = now_ms();
         send_once(s, h, rq, rs, timeout);
         pool_release(s, h);
         int retry;
         char reason[CURL_ERROR_SIZE + 64];
         int rc = judge(s, rq, rs, &retry, reason, sizeof reason);
+        log_debug("s3: %s s3://%s/%s%s%s -> %ld, %llu bytes in %lld ms", rq->what, s->bucket,
+                  rq->key ? rq->key : "", rq->range ? " " : "", rq->range ? rq->range : "",
+                  rs->status, (unsigned long long)rs->body_len, (long long)(now_ms() - started));
         if (!retry || attempt >= rq->max_retries) {
             if (rc < 0)
                 note_failure(s, rq, rs, rc, reason, attempt + 1);
