@@ -426,15 +426,29 @@ def torch_available():
 
 @pytest.mark.skipif(not os.path.exists("/usr/bin/python3") or not torch_available(),
                     reason="needs /usr/bin/python3 with torch 1.13")
-def test_real_torch_where(tmp_path):
-    """4 ranks save with torch 1.13 (single_file_per_rank True and False);
-    the bytes at every `where` range torch.load to the saved chunk."""
+def test_real_torch_where(tmp_path, s3server, mounter):
+    """4 ranks save with torch 1.13 (single_file_per_rank True and False) to local
+    disk; the bytes at every `where` range torch.load to the saved chunk, read from
+    the local directory and, after an upload to s3rver, through a ckptfs mount (the
+    admin then runs on the mount path)."""
+    import harness
     script = tmp_path / "save.py"
     script.write_text(SAVE_SCRIPT)
     subprocess.run(["/usr/bin/python3", str(script), str(tmp_path / "ckpt")], check=True,
                    timeout=180, cwd=str(tmp_path))
     for layout in ("per_rank", "per_item"):
         check_real(tmp_path, tmp_path / "ckpt" / layout)
+    store = harness.S3Store(s3server, harness.unique_prefix("admin-mount"))
+    items = []
+    for layout in ("per_rank", "per_item"):
+        d = tmp_path / "ckpt" / layout
+        items += [(f"{layout}/{f}", str(d / f)) for f in os.listdir(d)]
+    store.put_many(items)
+    m = mounter(store)
+    for layout in ("per_rank", "per_item"):
+        check_real(tmp_path, m.p(layout))
+    st = m.stats()
+    assert st["get_bytes"] > 0 and st["errors"] == 0
 
 
 def check_real(tmp_path, ckpt):
