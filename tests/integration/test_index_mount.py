@@ -179,3 +179,37 @@ def test_torch_load_through_the_mount(store, mounter, checkpoint):
     st = m.stats()
     assert st["index"]["ready"] == 1
     assert st["get_bytes"] <= 1.05 * st["read_bytes"] + 2 * MiB
+
+
+def test_killed_daemon_fails_fast_and_remount_recovers(store, mounter, checkpoint, tmp_path):
+    """kill -9 of the daemon: accesses fail at once with ENOTCONN (no hang), the dead
+    mount unmounts, and a new mount with the same cache dir serves exact bytes and
+    finds its index (reused, or rebuilt if the kill lost it) in good order."""
+    import errno
+    import signal
+
+    prefix = put_checkpoint(store, checkpoint)
+    cache = str(tmp_path / "cache")
+    m = mounter(store, "--cache-dir", cache, cache_dir=False)
+    open_metadata(m, prefix)
+    wait_index(m, "ready", 1)
+    os.kill(m.proc.pid, signal.SIGKILL)
+    m.proc.wait(10)
+
+    def probe():  # a listing always reaches the daemon (no kernel cache answers it)
+        try:
+            os.listdir(m.p(prefix))
+        except OSError as e:
+            return e.errno
+        return 0
+
+    assert harness.call_with_timeout(probe, 10, "stat on a dead mount") == errno.ENOTCONN
+    m.close(expect_rc=None)  # unmounts the dead mount; -9 is the expected status
+
+    m2 = mounter(store, "--cache-dir", cache, cache_dir=False)
+    open_metadata(m2, prefix)
+    ix = wait_index(m2, "ready", 1)
+    assert ix["failed"] == 0 and ix["reused"] + ix["built"] == 1
+    name = "__1_0.distcp"
+    got, _ = harness.sha256_file(m2.p(f"{prefix}/{name}"))
+    assert got == harness.sha256(open(os.path.join(checkpoint, name), "rb").read())
