@@ -25,6 +25,7 @@ import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
+os.environ.setdefault("CKPTFS_TOOLS_LIB", os.path.join(REPO, "tools", "lib"))  # for SAVE_SCRIPT
 ADMIN = os.environ.get("CKPTFS_ADMIN", os.path.join(REPO, "build", "tools", "admin", "ckptfs-admin"))
 FIX = os.environ.get("CKPTFS_FIXTURES", os.path.join(os.path.dirname(REPO), "shared", "fixtures"))
 
@@ -344,24 +345,12 @@ def test_index_version_mismatch(tmp_path):
 # a real torch 1.13 checkpoint, 4 ranks
 # ---------------------------------------------------------------------------
 SAVE_SCRIPT = textwrap.dedent(r'''
-    import dataclasses, datetime, os, socket, sys
+    import datetime, os, socket, sys
 
-    def _shim():   # torch 1.13's _shard imports fail on Python 3.11 (see make_real_dcp.py)
-        orig = dataclasses._get_field
-        def patched(cls, a_name, a_type, *args, **kwargs):
-            default = cls.__dict__.get(a_name, dataclasses.MISSING)
-            if isinstance(default, dataclasses.Field):
-                default = default.default
-            typ = type(default)
-            if dataclasses.is_dataclass(typ) and typ.__hash__ is None:
-                typ.__hash__ = object.__hash__
-                try:
-                    return orig(cls, a_name, a_type, *args, **kwargs)
-                finally:
-                    typ.__hash__ = None
-            return orig(cls, a_name, a_type, *args, **kwargs)
-        dataclasses._get_field = patched
-    _shim()
+    # torch 1.13's _shard imports fail on Python 3.11: importing the workload module
+    # installs the in-memory fix (see tools/lib/dcp_workload.py)
+    sys.path.insert(0, os.environ["CKPTFS_TOOLS_LIB"])
+    import dcp_workload  # noqa: F401
 
     WORLD = 4
     SHARDED = [("model.w_rows", (13, 8), "float32", 0),
