@@ -182,7 +182,8 @@ static int parse_options(int argc, char **argv, struct options *o)
     int c;
     double secs;
     long long size;
-    while ((c = getopt_long(argc, argv, "+fdso:hV", longopts, NULL)) != -1) {
+    opterr = 0; /* our own messages, prefixed "ckptfs:" */
+    while ((c = getopt_long(argc, argv, "+:fdso:hV", longopts, NULL)) != -1) {
         switch (c) {
         case 'f':
             o->foreground = 1;
@@ -272,8 +273,13 @@ static int parse_options(int argc, char **argv, struct options *o)
         case OPT_LOG_FILE:
             o->log_file = optarg;
             break;
+        case ':':
+            fprintf(stderr, "ckptfs: option '%s' needs a value\nTry 'ckptfs --help'.\n",
+                    argv[optind - 1]);
+            return -1;
         default:
-            fprintf(stderr, "Try 'ckptfs --help'.\n");
+            fprintf(stderr, "ckptfs: unknown option '%s'\nTry 'ckptfs --help'.\n",
+                    argv[optind - 1]);
             return -1;
         }
     }
@@ -380,7 +386,11 @@ int main(int argc, char **argv)
         return 2;
 
     struct stat mst;
-    if (stat(o.mountpoint, &mst) < 0 || !S_ISDIR(mst.st_mode)) {
+    if (stat(o.mountpoint, &mst) < 0) {
+        fprintf(stderr, "ckptfs: mountpoint '%s': %s\n", o.mountpoint, strerror(errno));
+        return 1;
+    }
+    if (!S_ISDIR(mst.st_mode)) {
         fprintf(stderr, "ckptfs: mountpoint '%s' is not a directory\n", o.mountpoint);
         return 1;
     }
