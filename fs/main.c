@@ -183,7 +183,7 @@ static int parse_options(int argc, char **argv, struct options *o)
     double secs;
     long long size;
     opterr = 0; /* our own messages, prefixed "ckptfs:" */
-    while ((c = getopt_long(argc, argv, "+:fdso:hV", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":fdso:hV", longopts, NULL)) != -1) {
         switch (c) {
         case 'f':
             o->foreground = 1;
