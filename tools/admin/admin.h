@@ -57,6 +57,14 @@ void src_close(struct admin_src *src);
  * file or index json). 0 or an exit code; prints the error. */
 int src_load(const struct admin_opts *o, struct admin_src *src, struct ckpt **out);
 
+/* 0 if the verb got nargs positional arguments, else prints
+ * "usage: ckptfs-admin SYNOPSIS" and returns EX_USAGE. */
+int need_args(const struct admin_opts *o, int nargs, const char *synopsis);
+/* need_args, then src_open and src_load of argv[0]. 0, or an exit code with
+ * nothing left open; on 0 the caller frees *c and closes src. */
+int admin_load_ckpt(const struct admin_opts *o, int nargs, const char *synopsis,
+                    struct admin_src *src, struct ckpt **c);
+
 /* Local-directory implementation of struct ckpt_io (ctx = root path). */
 void io_local_init(struct ckpt_io *io, const char *root);
 /* Map a library error code to an exit code. */
@@ -66,6 +74,11 @@ int exit_for(int err);
  * {"error": {...}} object on stdout. Returns ex. */
 int report(const struct admin_opts *o, int ex, const char *what, const struct ckpt_err *e,
            int code);
+/* report() of an error whose message is fmt, ... (no position). Returns ex. */
+int report_msg(const struct admin_opts *o, int ex, const char *what, int code, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+/* "dcp" or "safetensors" (enum ckpt_format). */
+const char *format_name(int format);
 
 /* JSON output (UTF-8, indent 1, key order kept); steals root. */
 void json_out(json_t *root);

@@ -108,6 +108,13 @@ static int on_found(void *arg, const char *dir, int format)
     return 0;
 }
 
+static void found_free(struct found *f)
+{
+    for (size_t i = 0; i < f->n; i++)
+        free(f->dirs[i]);
+    free(f->dirs);
+}
+
 static char *ckpt_key(const char *url, const char *dir)
 {
     return *dir ? ckpt_path_join(url, dir) : strdup(url);
@@ -142,13 +149,11 @@ static int on_listed(void *arg, const struct idxdb_ckpt *c)
 
 static int index_rebuild(struct admin_opts *o)
 {
-    if (o->argc != 2) {
-        fprintf(stderr, "usage: ckptfs-admin index rebuild STORE[/PATH] [--cache-dir DIR]\n");
-        return EX_USAGE;
-    }
-    struct admin_src src;
-    int ex = src_open(o, o->argv[1], &src);
+    int ex = need_args(o, 2, "index rebuild STORE[/PATH] [--cache-dir DIR]");
     if (ex)
+        return ex;
+    struct admin_src src;
+    if ((ex = src_open(o, o->argv[1], &src)))
         return ex;
     if (src.file) {
         fprintf(stderr, "ckptfs-admin: %s: not a directory\n", src.url);
@@ -163,10 +168,7 @@ static int index_rebuild(struct admin_opts *o)
         goto out;
     int rc = ckpt_find(&src.io, "", 32, on_found, &found);
     if (rc) {
-        struct ckpt_err e;
-        ckpt_err_clear(&e);
-        ckpt_err_set(&e, rc, CKPT_NOPOS, "cannot walk the store: %s", ckpt_strerror(rc));
-        ex = report(o, EX_IO, src.url, &e, rc);
+        ex = report_msg(o, EX_IO, src.url, rc, "cannot walk the store: %s", ckpt_strerror(rc));
         goto out;
     }
     if (!o->quiet)
@@ -205,8 +207,7 @@ static int index_rebuild(struct admin_opts *o)
                         e.msg[0] ? e.msg : ckpt_strerror(rc));
         } else {
             nok++;
-            json_object_set_new(entry, "format",
-                                json_string(c->format == CKPT_FORMAT_DCP ? "dcp" : "safetensors"));
+            json_object_set_new(entry, "format", json_string(format_name(c->format)));
             json_object_set_new(entry, "items", json_integer(c->nitems));
             json_object_set_new(entry, "files", json_integer(c->nfiles));
             json_object_set_new(entry, "missing_files", json_integer(missing));
@@ -227,12 +228,10 @@ static int index_rebuild(struct admin_opts *o)
         idxdb_ckpt_list(t, on_listed, &st);
         idxdb_end(t);
     }
-    for (size_t i = 0; i < st.drop.n; i++) {
+    for (size_t i = 0; i < st.drop.n; i++)
         if (idxdb_drop(db, st.drop.dirs[i], &e) == 0)
             ndropped++;
-        free(st.drop.dirs[i]);
-    }
-    free(st.drop.dirs);
+    found_free(&st.drop);
     if (!o->quiet)
         fprintf(stderr, "ckptfs-admin: %d indexed, %d failed, %d stale entries removed\n", nok,
                 nfail, ndropped);
@@ -249,12 +248,8 @@ static int index_rebuild(struct admin_opts *o)
     }
 out:
     json_decref(report_list);
-    for (size_t i = 0; i < found.n; i++)
-        free(found.dirs[i]);
-    free(found.dirs);
-    for (size_t i = 0; i < keys.n; i++)
-        free(keys.dirs[i]);
-    free(keys.dirs);
+    found_free(&found);
+    found_free(&keys);
     idxdb_close(db);
     src_close(&src);
     return ex;
@@ -267,11 +262,10 @@ static int on_ckpt(void *arg, const struct idxdb_ckpt *c)
     json_t *a = arg;
     json_array_append_new(a, json_pack("{s:s%,s:I,s:s,s:i,s:i,s:i,s:i,s:I,s:s%}", "key", c->key,
                                        c->key_len, "id", (json_int_t)c->id, "format",
-                                       c->format == CKPT_FORMAT_DCP ? "dcp" : "safetensors",
-                                       "files", (int)c->nfiles, "tensors", (int)c->ntensors,
-                                       "items", (int)c->nitems, "bytes", (int)c->nbytes, "built_at",
-                                       (json_int_t)c->built_at, "fingerprint", c->fingerprint,
-                                       c->fingerprint_len));
+                                       format_name(c->format), "files", (int)c->nfiles, "tensors",
+                                       (int)c->ntensors, "items", (int)c->nitems, "bytes",
+                                       (int)c->nbytes, "built_at", (json_int_t)c->built_at,
+                                       "fingerprint", c->fingerprint, c->fingerprint_len));
     return 0;
 }
 
@@ -320,7 +314,7 @@ static int index_ls(struct admin_opts *o)
     return EX_OK;
 }
 
-/* Open the index read-only and find the checkpoint named by arg. */
+/* A checkpoint found in the index, in an open read transaction. */
 struct qctx {
     struct idxdb *db;
     struct idxdb_txn *t;
@@ -328,6 +322,15 @@ struct qctx {
     char *key;
 };
 
+static void query_close(struct qctx *q)
+{
+    idxdb_end(q->t);
+    idxdb_close(q->db);
+    free(q->key);
+}
+
+/* Open the index read-only and find the checkpoint named by arg. 0, or an
+ * exit code (message printed) with nothing left open. */
 static int query_open(struct admin_opts *o, const char *arg, struct qctx *q)
 {
     memset(q, 0, sizeof(*q));
@@ -340,25 +343,23 @@ static int query_open(struct admin_opts *o, const char *arg, struct qctx *q)
     if (!q->key)
         return EX_IO;
     if ((ex = open_db(o, 0, &q->db)))
-        return ex;
+        goto fail;
     struct ckpt_err e;
     int rc = idxdb_begin(q->db, &q->t, &e);
-    if (rc)
-        return report(o, EX_DB, "index", &e, rc);
+    if (rc) {
+        ex = report(o, EX_DB, "index", &e, rc);
+        goto fail;
+    }
     rc = idxdb_ckpt_get(q->t, q->key, &q->c);
     if (rc) {
-        ckpt_err_clear(&e);
-        ckpt_err_set(&e, rc, CKPT_NOPOS, "not in the index (run: ckptfs-admin index rebuild)");
-        return report(o, rc == CKPT_NOTFOUND ? EX_NOTFOUND : EX_DB, q->key, &e, rc);
+        ex = report_msg(o, rc == CKPT_NOTFOUND ? EX_NOTFOUND : EX_DB, q->key, rc,
+                        "not in the index (run: ckptfs-admin index rebuild)");
+        goto fail;
     }
     return 0;
-}
-
-static void query_close(struct qctx *q)
-{
-    idxdb_end(q->t);
-    idxdb_close(q->db);
-    free(q->key);
+fail:
+    query_close(q);
+    return ex;
 }
 
 static int on_file(void *arg, const struct idxdb_file *f)
@@ -373,25 +374,21 @@ static int on_file(void *arg, const struct idxdb_file *f)
 
 static int index_files(struct admin_opts *o)
 {
-    if (o->argc != 2) {
-        fprintf(stderr, "usage: ckptfs-admin index files CKPT\n");
-        return EX_USAGE;
-    }
     struct qctx q;
-    int ex = query_open(o, o->argv[1], &q);
-    if (!ex) {
-        json_t *a = json_array();
-        idxdb_files(q.t, q.c.id, on_file, a);
-        if (o->json) {
-            json_out(json_pack("{s:s,s:o}", "checkpoint", q.key, "files", a));
-        } else {
-            for (size_t i = 0; i < json_array_size(a); i++)
-                printf("%s\n", json_string_value(json_object_get(json_array_get(a, i), "name")));
-            json_decref(a);
-        }
+    int ex = need_args(o, 2, "index files CKPT");
+    if (ex || (ex = query_open(o, o->argv[1], &q)))
+        return ex;
+    json_t *a = json_array();
+    idxdb_files(q.t, q.c.id, on_file, a);
+    if (o->json) {
+        json_out(json_pack("{s:s,s:o}", "checkpoint", q.key, "files", a));
+    } else {
+        for (size_t i = 0; i < json_array_size(a); i++)
+            printf("%s\n", json_string_value(json_object_get(json_array_get(a, i), "name")));
+        json_decref(a);
     }
     query_close(&q);
-    return ex;
+    return EX_OK;
 }
 
 static json_t *span_json(struct qctx *q, const struct idxdb_span *s)
@@ -416,10 +413,9 @@ static json_t *span_json(struct qctx *q, const struct idxdb_span *s)
 
 static int index_at(struct admin_opts *o)
 {
-    if (o->argc != 4) {
-        fprintf(stderr, "usage: ckptfs-admin index at CKPT FILE OFFSET [--next N]\n");
-        return EX_USAGE;
-    }
+    int ex = need_args(o, 4, "index at CKPT FILE OFFSET [--next N]");
+    if (ex)
+        return ex;
     char *end;
     unsigned long long off = strtoull(o->argv[3], &end, 0);
     if (*end || o->argv[3][0] == '-') {
@@ -427,22 +423,16 @@ static int index_at(struct admin_opts *o)
         return EX_USAGE;
     }
     struct qctx q;
-    int ex = query_open(o, o->argv[1], &q);
-    if (ex) {
-        query_close(&q);
+    if ((ex = query_open(o, o->argv[1], &q)))
         return ex;
-    }
     uint32_t file;
     struct idxdb_span s;
-    struct ckpt_err e;
-    ckpt_err_clear(&e);
     int rc = idxdb_file_find(q.t, q.c.id, o->argv[2], &file);
     if (rc) {
-        ckpt_err_set(&e, rc, CKPT_NOPOS, "the checkpoint names no file '%s'", o->argv[2]);
-        ex = report(o, EX_NOTFOUND, q.key, &e, rc);
+        ex = report_msg(o, EX_NOTFOUND, q.key, rc, "the checkpoint names no file '%s'", o->argv[2]);
     } else if ((rc = idxdb_item_at(q.t, q.c.id, file, off, &s))) {
-        ckpt_err_set(&e, rc, CKPT_NOPOS, "no item holds byte %llu of %s", off, o->argv[2]);
-        ex = report(o, rc == CKPT_NOTFOUND ? EX_NOTFOUND : EX_DB, q.key, &e, rc);
+        ex = report_msg(o, rc == CKPT_NOTFOUND ? EX_NOTFOUND : EX_DB, q.key, rc,
+                        "no item holds byte %llu of %s", off, o->argv[2]);
     } else {
         json_t *hit = span_json(&q, &s), *next = json_array();
         for (long i = 0; i < o->next && idxdb_layout_next(q.t, &s) == 0; i++)
@@ -476,24 +466,15 @@ static int index_at(struct admin_opts *o)
 
 static int index_where(struct admin_opts *o)
 {
-    if (o->argc != 3) {
-        fprintf(stderr, "usage: ckptfs-admin index where CKPT FQN\n");
-        return EX_USAGE;
-    }
     struct qctx q;
-    int ex = query_open(o, o->argv[1], &q);
-    if (ex) {
-        query_close(&q);
+    int ex = need_args(o, 3, "index where CKPT FQN");
+    if (ex || (ex = query_open(o, o->argv[1], &q)))
         return ex;
-    }
     enum ckpt_item_kind kind;
     uint32_t idx;
-    struct ckpt_err e;
-    ckpt_err_clear(&e);
     int rc = idxdb_fqn_find(q.t, q.c.id, o->argv[2], &kind, &idx);
     if (rc) {
-        ckpt_err_set(&e, rc, CKPT_NOPOS, "no tensor or bytes entry '%s'", o->argv[2]);
-        ex = report(o, EX_NOTFOUND, q.key, &e, rc);
+        ex = report_msg(o, EX_NOTFOUND, q.key, rc, "no tensor or bytes entry '%s'", o->argv[2]);
         query_close(&q);
         return ex;
     }
@@ -571,14 +552,12 @@ static uint64_t xorshift(uint64_t *s)
  * Every lookup's answer is checked against the model. */
 static int index_bench(struct admin_opts *o)
 {
-    if (o->argc != 2) {
-        fprintf(stderr, "usage: ckptfs-admin index bench CKPT [--lookups N] [--cache-dir DIR]\n");
-        return EX_USAGE;
-    }
+    int ex = need_args(o, 2, "index bench CKPT [--lookups N] [--cache-dir DIR]");
+    if (ex)
+        return ex;
     long nlook = o->lookups > 0 ? o->lookups : 1000000;
     struct admin_src src;
-    int ex = src_open(o, o->argv[1], &src);
-    if (ex)
+    if ((ex = src_open(o, o->argv[1], &src)))
         return ex;
     struct ckpt_err e;
     ckpt_err_clear(&e);
@@ -717,19 +696,15 @@ out:
 
 int cmd_index(struct admin_opts *o)
 {
+    static const struct {
+        const char *name;
+        int (*fn)(struct admin_opts *);
+    } subs[] = {{"rebuild", index_rebuild}, {"ls", index_ls},       {"files", index_files},
+                {"at", index_at},           {"where", index_where}, {"bench", index_bench}};
     const char *sub = o->argc ? o->argv[0] : "";
-    if (strcmp(sub, "rebuild") == 0)
-        return index_rebuild(o);
-    if (strcmp(sub, "ls") == 0)
-        return index_ls(o);
-    if (strcmp(sub, "files") == 0)
-        return index_files(o);
-    if (strcmp(sub, "at") == 0)
-        return index_at(o);
-    if (strcmp(sub, "where") == 0)
-        return index_where(o);
-    if (strcmp(sub, "bench") == 0)
-        return index_bench(o);
+    for (size_t i = 0; i < sizeof(subs) / sizeof(subs[0]); i++)
+        if (strcmp(sub, subs[i].name) == 0)
+            return subs[i].fn(o);
     fprintf(stderr, "usage: ckptfs-admin index rebuild|ls|files|at|where ... (see --help)\n");
     return EX_USAGE;
 }

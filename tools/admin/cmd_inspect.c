@@ -59,17 +59,11 @@ static uint64_t item_bytes(const struct ckpt *c, uint32_t f)
 
 int cmd_inspect(struct admin_opts *o)
 {
-    if (o->argc != 1) {
-        fprintf(stderr, "usage: ckptfs-admin inspect CKPT [--json]\n");
-        return EX_USAGE;
-    }
     struct admin_src src;
-    struct ckpt *c = NULL;
-    int ex = src_open(o, o->argv[0], &src);
+    struct ckpt *c;
+    int ex = admin_load_ckpt(o, 1, "inspect CKPT [--json]", &src, &c);
     if (ex)
         return ex;
-    if ((ex = src_load(o, &src, &c)))
-        goto out;
     int w = world_size(c);
     /* needed[r * nfiles + f]: rank r reads file f */
     unsigned char *needed = w ? calloc((size_t)w * c->nfiles, 1) : NULL;
@@ -152,20 +146,19 @@ int cmd_inspect(struct admin_opts *o)
         table_row(&tk, rk, list, flagged ? "reads other ranks' files (pytorch#125740)" : "");
     }
     if (o->json) {
-        json_out(json_pack(
-            "{s:s,s:s,s:i,s:i,s:i,s:i,s:I,s:o,s:o,s:o,s:o,s:i}", "checkpoint", src.url, "format",
-            c->format == CKPT_FORMAT_DCP ? "dcp" : "safetensors", "tensors", (int)c->ntensors,
-            "bytes", (int)c->nbytes, "items", (int)c->nitems, "nfiles", (int)c->nfiles,
-            "item_bytes", (json_int_t)total, "world_size", w ? json_integer(w) : json_null(),
-            "files", jfiles, "replicated", jrep, "ranks", jranks, "flagged_ranks", nflagged));
+        json_out(json_pack("{s:s,s:s,s:i,s:i,s:i,s:i,s:I,s:o,s:o,s:o,s:o,s:i}", "checkpoint",
+                           src.url, "format", format_name(c->format), "tensors", (int)c->ntensors,
+                           "bytes", (int)c->nbytes, "items", (int)c->nitems, "nfiles",
+                           (int)c->nfiles, "item_bytes", (json_int_t)total, "world_size",
+                           w ? json_integer(w) : json_null(), "files", jfiles, "replicated", jrep,
+                           "ranks", jranks, "flagged_ranks", nflagged));
     } else {
         json_decref(jfiles);
         json_decref(jrep);
         json_decref(jranks);
-        printf("%s: %s, %u tensors, %u bytes entries, %u items, %u files, %" PRIu64
-               " bytes in items",
-               src.url, c->format == CKPT_FORMAT_DCP ? "dcp" : "safetensors", c->ntensors,
-               c->nbytes, c->nitems, c->nfiles, total);
+        printf(
+            "%s: %s, %u tensors, %u bytes entries, %u items, %u files, %" PRIu64 " bytes in items",
+            src.url, format_name(c->format), c->ntensors, c->nbytes, c->nitems, c->nfiles, total);
         if (w)
             printf(", world size %d", w);
         printf("\n\n");
@@ -223,17 +216,11 @@ static void problem(struct problems *p, const char *kind, const char *file, cons
 
 int cmd_verify(struct admin_opts *o)
 {
-    if (o->argc != 1) {
-        fprintf(stderr, "usage: ckptfs-admin verify CKPT [--json]\n");
-        return EX_USAGE;
-    }
     struct admin_src src;
-    struct ckpt *c = NULL;
-    int ex = src_open(o, o->argv[0], &src);
+    struct ckpt *c;
+    int ex = admin_load_ckpt(o, 1, "verify CKPT [--json]", &src, &c);
     if (ex)
         return ex;
-    if ((ex = src_load(o, &src, &c)))
-        goto out;
     struct problems p = {json_array(), 0, o->json};
     uint64_t gaps = 0;
     for (uint32_t f = 0; f < c->nfiles; f++) {
@@ -292,7 +279,6 @@ int cmd_verify(struct admin_opts *o)
             printf("%d problem(s) in %s\n", p.n, src.url);
     }
     ex = p.n ? EX_CHECK : EX_OK;
-out:
     ckpt_free(c);
     src_close(&src);
     return ex;

@@ -11,11 +11,6 @@
 #include "admin.h"
 #include "pickle.h"
 
-static const char *fmt_name(const struct ckpt *c)
-{
-    return c->format == CKPT_FORMAT_DCP ? "dcp" : "safetensors";
-}
-
 static uint64_t tensor_nbytes(const struct ckpt_tensor *t)
 {
     unsigned __int128 n = t->elem_bits;
@@ -25,40 +20,57 @@ static uint64_t tensor_nbytes(const struct ckpt_tensor *t)
     return n > UINT64_MAX ? UINT64_MAX : (uint64_t)n;
 }
 
+/* [{"offsets": [...], "sizes": [...]}, ...]: the chunks of t */
+static json_t *chunks_json(const struct ckpt_tensor *t)
+{
+    json_t *a = json_array();
+    for (uint32_t k = 0; k < t->nchunks; k++)
+        json_array_append_new(a, json_pack("{s:o,s:o}", "offsets",
+                                           json_i64_array(t->chunks[k].offsets, t->ndim), "sizes",
+                                           json_i64_array(t->chunks[k].sizes, t->ndim)));
+    return a;
+}
+
+/* [{"fqn": ...}, ...]: the bytes entries of c */
+static json_t *bytes_json(const struct ckpt *c)
+{
+    json_t *a = json_array();
+    for (uint32_t b = 0; b < c->nbytes; b++)
+        json_array_append_new(a, json_pack("{s:s}", "fqn", c->bytes[b].fqn));
+    return a;
+}
+
+/* j["transform_descriptors"] = [...] if the item has any */
+static void add_transforms(json_t *j, const struct ckpt_item *it)
+{
+    if (!it->has_transforms)
+        return;
+    json_t *td = json_array();
+    for (uint32_t k = 0; k < it->ntransforms; k++)
+        json_array_append_new(td, json_string(it->transforms[k]));
+    json_object_set_new(j, "transform_descriptors", td);
+}
+
 /* ---- ls --------------------------------------------------------------- */
 
 int cmd_ls(struct admin_opts *o)
 {
-    if (o->argc != 1) {
-        fprintf(stderr, "usage: ckptfs-admin ls CKPT [--json]\n");
-        return EX_USAGE;
-    }
     struct admin_src src;
-    struct ckpt *c = NULL;
-    int ex = src_open(o, o->argv[0], &src);
+    struct ckpt *c;
+    int ex = admin_load_ckpt(o, 1, "ls CKPT [--json]", &src, &c);
     if (ex)
         return ex;
-    if ((ex = src_load(o, &src, &c)))
-        goto out;
     if (o->json) {
-        json_t *ts = json_array(), *bs = json_array();
+        json_t *ts = json_array();
         for (uint32_t t = 0; t < c->ntensors; t++) {
             const struct ckpt_tensor *tt = &c->tensors[t];
-            json_t *chunks = json_array();
-            for (uint32_t k = 0; k < tt->nchunks; k++)
-                json_array_append_new(
-                    chunks, json_pack("{s:o,s:o}", "offsets",
-                                      json_i64_array(tt->chunks[k].offsets, tt->ndim), "sizes",
-                                      json_i64_array(tt->chunks[k].sizes, tt->ndim)));
-            json_array_append_new(ts, json_pack("{s:s,s:s,s:o,s:I,s:o}", "fqn", tt->fqn, "dtype",
-                                                tt->dtype, "shape",
-                                                json_i64_array(tt->size, tt->ndim), "nbytes",
-                                                (json_int_t)tensor_nbytes(tt), "chunks", chunks));
+            json_array_append_new(
+                ts, json_pack("{s:s,s:s,s:o,s:I,s:o}", "fqn", tt->fqn, "dtype", tt->dtype, "shape",
+                              json_i64_array(tt->size, tt->ndim), "nbytes",
+                              (json_int_t)tensor_nbytes(tt), "chunks", chunks_json(tt)));
         }
-        for (uint32_t b = 0; b < c->nbytes; b++)
-            json_array_append_new(bs, json_pack("{s:s}", "fqn", c->bytes[b].fqn));
-        json_out(json_pack("{s:s,s:s,s:o,s:o}", "checkpoint", src.url, "format", fmt_name(c),
-                           "tensors", ts, "bytes", bs));
+        json_out(json_pack("{s:s,s:s,s:o,s:o}", "checkpoint", src.url, "format",
+                           format_name(c->format), "tensors", ts, "bytes", bytes_json(c)));
     } else {
         struct table tb;
         table_init(&tb, 5, "FQN", "DTYPE", "SHAPE", "CHUNKS", "BYTES");
@@ -74,9 +86,8 @@ int cmd_ls(struct admin_opts *o)
         table_print(&tb, stdout);
         table_free(&tb);
         printf("%u tensors, %u bytes entries, %u items in %u files (%s)\n", c->ntensors, c->nbytes,
-               c->nitems, c->nfiles, fmt_name(c));
+               c->nitems, c->nfiles, format_name(c->format));
     }
-out:
     ckpt_free(c);
     src_close(&src);
     return ex;
@@ -88,35 +99,22 @@ static json_t *item_json(const struct ckpt *c, const struct ckpt_item *it)
 {
     json_t *j = json_pack("{s:s,s:I,s:I}", "file", c->files[it->file].name, "offset",
                           (json_int_t)it->offset, "length", (json_int_t)it->length);
-    if (it->has_transforms) {
-        json_t *td = json_array();
-        for (uint32_t k = 0; k < it->ntransforms; k++)
-            json_array_append_new(td, json_string(it->transforms[k]));
-        json_object_set_new(j, "transform_descriptors", td);
-    }
+    add_transforms(j, it);
     return j;
 }
 
 int cmd_where(struct admin_opts *o)
 {
-    if (o->argc != 2) {
-        fprintf(stderr, "usage: ckptfs-admin where CKPT FQN [--json]\n");
-        return EX_USAGE;
-    }
     struct admin_src src;
-    struct ckpt *c = NULL;
-    int ex = src_open(o, o->argv[0], &src);
+    struct ckpt *c;
+    int ex = admin_load_ckpt(o, 2, "where CKPT FQN [--json]", &src, &c);
     if (ex)
         return ex;
-    if ((ex = src_load(o, &src, &c)))
-        goto out;
     enum ckpt_item_kind kind;
     uint32_t idx;
     if (ckpt_find_fqn(c, o->argv[1], &kind, &idx)) {
-        struct ckpt_err e;
-        ckpt_err_clear(&e);
-        ckpt_err_set(&e, CKPT_NOTFOUND, CKPT_NOPOS, "no tensor or bytes entry '%s'", o->argv[1]);
-        ex = report(o, EX_NOTFOUND, src.url, &e, CKPT_NOTFOUND);
+        ex = report_msg(o, EX_NOTFOUND, src.url, CKPT_NOTFOUND, "no tensor or bytes entry '%s'",
+                        o->argv[1]);
         goto out;
     }
     if (kind == CKPT_ITEM_BYTES) {
@@ -216,24 +214,16 @@ static json_t *dump_dcp(const struct admin_opts *o, struct admin_src *src, const
     json_t *ts = json_array();
     for (uint32_t t = 0; t < c->ntensors; t++) {
         const struct ckpt_tensor *tt = &c->tensors[t];
-        json_t *chunks = json_array();
-        for (uint32_t k = 0; k < tt->nchunks; k++)
-            json_array_append_new(chunks, json_pack("{s:o,s:o}", "offsets",
-                                                    json_i64_array(tt->chunks[k].offsets, tt->ndim),
-                                                    "sizes",
-                                                    json_i64_array(tt->chunks[k].sizes, tt->ndim)));
         json_array_append_new(
-            ts, json_pack("{s:s,s:s,s:i,s:o,s:{s:s,s:s,s:b,s:s,s:b},s:o}", "fqn", tt->fqn, "dtype",
-                          tt->dtype, "element_size", (int)(tt->elem_bits / 8), "size",
-                          json_i64_array(tt->size, tt->ndim), "properties", "dtype", tt->dtype,
-                          "layout", tt->layout, "requires_grad", tt->requires_grad, "memory_format",
-                          tt->memory_format, "pin_memory", tt->pin_memory, "chunks", chunks));
+            ts,
+            json_pack("{s:s,s:s,s:i,s:o,s:{s:s,s:s,s:b,s:s,s:b},s:o}", "fqn", tt->fqn, "dtype",
+                      tt->dtype, "element_size", (int)(tt->elem_bits / 8), "size",
+                      json_i64_array(tt->size, tt->ndim), "properties", "dtype", tt->dtype,
+                      "layout", tt->layout, "requires_grad", tt->requires_grad, "memory_format",
+                      tt->memory_format, "pin_memory", tt->pin_memory, "chunks", chunks_json(tt)));
     }
     json_object_set_new(j, "tensors", ts);
-    json_t *bs = json_array();
-    for (uint32_t b = 0; b < c->nbytes; b++)
-        json_array_append_new(bs, json_pack("{s:s}", "fqn", c->bytes[b].fqn));
-    json_object_set_new(j, "bytes", bs);
+    json_object_set_new(j, "bytes", bytes_json(c));
     json_t *st = json_array();
     for (uint32_t i = 0; i < c->nitems; i++) {
         const struct ckpt_item *it = &c->items[i];
@@ -372,20 +362,13 @@ static json_t *dump_st(struct admin_src *src, const struct ckpt *c)
 
 int cmd_dump(struct admin_opts *o)
 {
-    if (o->argc != 1) {
-        fprintf(stderr, "usage: ckptfs-admin dump FILE|DIR [--json] [--hash]\n");
-        return EX_USAGE;
-    }
     struct admin_src src;
-    struct ckpt *c = NULL;
-    int ex = src_open(o, o->argv[0], &src);
+    struct ckpt *c;
+    int ex = admin_load_ckpt(o, 1, "dump FILE|DIR [--json] [--hash]", &src, &c);
     if (ex)
         return ex;
-    if ((ex = src_load(o, &src, &c)))
-        goto out;
     json_out(c->format == CKPT_FORMAT_DCP ? dump_dcp(o, &src, c) : dump_st(&src, c));
-out:
     ckpt_free(c);
     src_close(&src);
-    return ex;
+    return EX_OK;
 }

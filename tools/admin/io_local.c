@@ -14,21 +14,23 @@
 
 #include "admin.h"
 
-static char *full(const char *root, const char *path)
+/* stat(2) of root/path: 0 or -errno */
+static int stat_below(const char *root, const char *path, struct stat *st)
 {
-    return ckpt_path_join(root, path);
+    char *p = ckpt_path_join(root, path);
+    if (!p)
+        return -ENOMEM;
+    int rc = stat(p, st) ? -errno : 0;
+    free(p);
+    return rc;
 }
 
 static int local_stat(void *ctx, const char *path, uint64_t *size, int *is_dir)
 {
-    char *p = full(ctx, path);
-    if (!p)
-        return -ENOMEM;
     struct stat st;
-    int rc = stat(p, &st);
-    free(p);
+    int rc = stat_below(ctx, path, &st);
     if (rc)
-        return -errno;
+        return rc;
     *size = S_ISDIR(st.st_mode) ? 0 : (uint64_t)st.st_size;
     *is_dir = S_ISDIR(st.st_mode);
     return 0;
@@ -37,7 +39,7 @@ static int local_stat(void *ctx, const char *path, uint64_t *size, int *is_dir)
 static int local_read(void *ctx, const char *path, uint64_t off, void *buf, size_t len,
                       size_t *nread)
 {
-    char *p = full(ctx, path);
+    char *p = ckpt_path_join(ctx, path);
     if (!p)
         return -ENOMEM;
     int fd = open(p, O_RDONLY | O_CLOEXEC);
@@ -65,7 +67,7 @@ static int local_read(void *ctx, const char *path, uint64_t off, void *buf, size
 
 static int local_list(void *ctx, const char *dir, ckpt_io_list_fn fn, void *arg)
 {
-    char *p = full(ctx, dir);
+    char *p = ckpt_path_join(ctx, dir);
     if (!p)
         return -ENOMEM;
     DIR *d = opendir(p);
@@ -93,14 +95,10 @@ static int local_list(void *ctx, const char *dir, ckpt_io_list_fn fn, void *arg)
 
 static int local_fingerprint(void *ctx, const char *path, char *buf, size_t len)
 {
-    char *p = full(ctx, path);
-    if (!p)
-        return -ENOMEM;
     struct stat st;
-    int rc = stat(p, &st);
-    free(p);
+    int rc = stat_below(ctx, path, &st);
     if (rc)
-        return -errno;
+        return rc;
     snprintf(buf, len, "size=%lld mtime=%lld.%09ld", (long long)st.st_size,
              (long long)st.st_mtim.tv_sec, (long)st.st_mtim.tv_nsec);
     return 0;

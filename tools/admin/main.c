@@ -58,6 +58,17 @@ static void usage(FILE *f)
           f);
 }
 
+/* Does option a take the next argument as its value? */
+static int takes_value(const char *a)
+{
+    static const char *const opts[] = {"--cache-dir",    "--next",   "--lookups",
+                                       "--endpoint-url", "--region", "--profile"};
+    for (size_t i = 0; i < sizeof(opts) / sizeof(opts[0]); i++)
+        if (strcmp(a, opts[i]) == 0)
+            return 1;
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     struct admin_opts o;
@@ -78,13 +89,12 @@ int main(int argc, char **argv)
             usage(stdout);
             free(pos);
             return EX_OK;
+        } else if (takes_value(a) && i + 1 >= argc) {
+            fprintf(stderr, "ckptfs-admin: %s needs a value\n", a);
+            free(pos);
+            return EX_USAGE;
         } else if (strcmp(a, "--cache-dir") == 0 || strcmp(a, "--next") == 0 ||
                    strcmp(a, "--lookups") == 0) {
-            if (i + 1 >= argc) {
-                fprintf(stderr, "ckptfs-admin: %s needs a value\n", a);
-                free(pos);
-                return EX_USAGE;
-            }
             if (a[2] == 'c') {
                 o.cache_dir = argv[++i];
             } else {
@@ -99,11 +109,6 @@ int main(int argc, char **argv)
             }
         } else if (strcmp(a, "--endpoint-url") == 0 || strcmp(a, "--region") == 0 ||
                    strcmp(a, "--profile") == 0) {
-            if (i + 1 >= argc) {
-                fprintf(stderr, "ckptfs-admin: %s needs a value\n", a);
-                free(pos);
-                return EX_USAGE;
-            }
             const char **dst = a[2] == 'e' ? &o.endpoint_url : a[2] == 'r' ? &o.region : &o.profile;
             *dst = argv[++i];
         } else if (strcmp(a, "--force-path-style") == 0) {

@@ -1,7 +1,7 @@
 /*
- * tools/admin/out.c - output and plumbing shared by the verbs: opening a
- * checkpoint argument, error reports and exit codes, JSON and table output,
- * SHA-256 of file ranges.
+ * tools/admin/out.c - output and plumbing shared by the verbs: argument
+ * count checks, opening and loading a checkpoint argument, error reports and
+ * exit codes, JSON and table output, SHA-256 of file ranges.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -94,6 +94,23 @@ int report(const struct admin_opts *o, int ex, const char *what, const struct ck
         json_out(j);
     }
     return ex;
+}
+
+int report_msg(const struct admin_opts *o, int ex, const char *what, int code, const char *fmt, ...)
+{
+    struct ckpt_err e;
+    ckpt_err_clear(&e);
+    e.code = code;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e.msg, sizeof(e.msg), fmt, ap);
+    va_end(ap);
+    return report(o, ex, what, &e, code);
+}
+
+const char *format_name(int format)
+{
+    return format == CKPT_FORMAT_DCP ? "dcp" : "safetensors";
 }
 
 void json_out(json_t *root)
@@ -221,6 +238,30 @@ int src_load(const struct admin_opts *o, struct admin_src *src, struct ckpt **ou
     if (rc)
         return report(o, exit_for(rc), src->url, &e, rc);
     return 0;
+}
+
+int need_args(const struct admin_opts *o, int nargs, const char *synopsis)
+{
+    if (o->argc == nargs)
+        return 0;
+    fprintf(stderr, "usage: ckptfs-admin %s\n", synopsis);
+    return EX_USAGE;
+}
+
+int admin_load_ckpt(const struct admin_opts *o, int nargs, const char *synopsis,
+                    struct admin_src *src, struct ckpt **c)
+{
+    *c = NULL;
+    memset(src, 0, sizeof(*src));
+    int ex = need_args(o, nargs, synopsis);
+    if (!ex)
+        ex = src_open(o, o->argv[0], src);
+    if (!ex && (ex = src_load(o, src, c))) {
+        ckpt_free(*c);
+        *c = NULL;
+        src_close(src);
+    }
+    return ex;
 }
 
 /* ---- tables ----------------------------------------------------------- */
