@@ -2,8 +2,8 @@
  * index/dcp.c - DCP .metadata -> checkpoint model (see dcp.h).
  *
  * Three passes over the parsed pickle: state_dict_metadata (tensors, their
- * chunks and bytes entries, indexed by fqn and by fqn + chunk offsets in hash
- * maps), storage_data (one item per entry, matched to its chunk in O(1)),
+ * chunks and bytes entries, indexed by fqn and by tensor + chunk offsets in
+ * hash maps), storage_data (one item per entry, matched to its chunk in O(1)),
  * then completeness checks. Then ckpt_finish() validates geometry and builds
  * the per-file layout order. Error messages carry the byte position of the
  * offending value in the .metadata.
@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,19 +68,78 @@ int dcp_global_allowed(void *arg, const char *module, const char *name)
 
 /* ---- extraction context ------------------------------------------------ */
 
+/* Converted copies of pickle values (strs, shapes), keyed by the value's
+ * address, so a value shared through the memo is converted and stored in
+ * the model once. Without it a 64 KiB pickle could reference one 32 KiB str
+ * from every item's transform_descriptors and build a model of gigabytes. */
+struct vcache {
+    struct strmap map; /* value address (key bytes in scratch) -> slot */
+    const void **out;
+    uint32_t *aux; /* shapes: ndim */
+    uint32_t n, cap;
+};
+
 struct ex {
     struct ckpt *c;
     struct pkl_doc *doc;
     struct ckpt_err *err;
     struct strmap files;  /* relative_path -> file index */
     struct strmap fqns;   /* fqn -> tensor index, or bytes index | BYTES_FLAG */
-    struct strmap chunks; /* fqn NUL offsets(le64...) -> global chunk number */
+    struct strmap chunks; /* tensor(le32) offsets(le64...) -> global chunk number */
     uint32_t *chunk_tensor, *chunk_index;
     uint32_t nchunks;
-    struct arena scratch; /* chunk-map keys */
-    char tbuf[4][160];    /* type_of() results (per parse: thread-safe) */
+    struct arena scratch; /* chunk-map and vcache keys */
+    struct vcache strs, shapes;
+    char tbuf[4][160]; /* type_of() results (per parse: thread-safe) */
     int tnext;
 };
+
+static int vc_get(const struct vcache *vc, const struct pkl_value *v, const void **out,
+                  uint32_t *aux)
+{
+    uint32_t i;
+    if (!v || strmap_get(&vc->map, &v, sizeof(v), &i) != 0)
+        return -1;
+    *out = vc->out[i];
+    *aux = vc->aux[i];
+    return 0;
+}
+
+static int vc_put(struct ex *X, struct vcache *vc, const struct pkl_value *v, const void *out,
+                  uint32_t aux)
+{
+    if (vc->n == vc->cap) {
+        if (vc->cap >= UINT32_MAX / 2)
+            return -ENOMEM;
+        uint32_t ncap = vc->cap ? vc->cap * 2 : 64;
+        const void **o = realloc(vc->out, ncap * sizeof(*o));
+        if (!o)
+            return -ENOMEM;
+        vc->out = o;
+        uint32_t *a = realloc(vc->aux, ncap * sizeof(*a));
+        if (!a)
+            return -ENOMEM;
+        vc->aux = a;
+        vc->cap = ncap;
+    }
+    const struct pkl_value **key = arena_alloc(&X->scratch, sizeof(*key));
+    if (!key)
+        return -ENOMEM;
+    *key = v;
+    if (strmap_put(&vc->map, key, sizeof(*key), vc->n, NULL) < 0)
+        return -ENOMEM;
+    vc->out[vc->n] = out;
+    vc->aux[vc->n] = aux;
+    vc->n++;
+    return 0;
+}
+
+static void vc_free(struct vcache *vc)
+{
+    strmap_free(&vc->map);
+    free(vc->out);
+    free(vc->aux);
+}
 
 static int bad(struct ex *X, int code, const struct pkl_value *v, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -179,25 +239,38 @@ static int get_bool(struct ex *X, const struct pkl_value *v, const char *what, c
     return bad(X, CKPT_ETYPE, v, "'%s': %s is a %s, not a bool", fqn, what, type_of(v));
 }
 
-/* A str value as an arena copy; rejects embedded NUL. */
+/* A str value as an arena copy (one per pickle value); rejects embedded
+ * NUL. */
 static int get_str(struct ex *X, const struct pkl_value *v, const char *what, const char *fqn,
                    const char **out)
 {
+    const void *hit;
+    uint32_t unused;
+    if (vc_get(&X->strs, v, &hit, &unused) == 0) {
+        *out = hit;
+        return 0;
+    }
     if (!v || v->type != PKL_STR)
         return bad(X, CKPT_ETYPE, v, "'%s': %s is a %s, not a str", fqn, what, type_of(v));
     if (memchr(v->u.str.s, '\0', v->u.str.len))
         return bad(X, CKPT_EINVALID, v, "'%s': %s contains a NUL byte", fqn, what);
     char *s = arena_strndup(&X->c->arena, v->u.str.s, v->u.str.len);
-    if (!s)
+    if (!s || vc_put(X, &X->strs, v, s, 0))
         return nomem(X);
     *out = s;
     return 0;
 }
 
-/* torch.Size(...) or a plain tuple/list of ints -> int64 array in the arena. */
+/* torch.Size(...) or a plain tuple/list of ints -> int64 array in the arena
+ * (one per pickle value). */
 static int get_shape(struct ex *X, const struct pkl_value *v, const char *what, const char *fqn,
                      uint32_t *ndim, const int64_t **out)
 {
+    const void *hit;
+    if (vc_get(&X->shapes, v, &hit, ndim) == 0) {
+        *out = hit;
+        return 0;
+    }
     const struct pkl_value *t = v;
     if (v && v->type == PKL_OBJECT && pkl_is_global(v->u.obj->cls, "torch", "Size")) {
         const struct pkl_value *args = v->u.obj->args;
@@ -218,6 +291,8 @@ static int get_shape(struct ex *X, const struct pkl_value *v, const char *what, 
         if (rc)
             return rc;
     }
+    if (vc_put(X, &X->shapes, v, a, (uint32_t)n))
+        return nomem(X);
     *ndim = (uint32_t)n;
     *out = a;
     return 0;
@@ -322,6 +397,12 @@ static int get_properties(struct ex *X, const struct pkl_value *v, const char *f
         mf = s->u.seq.items[3];
         pin = s->u.seq.items[4];
     } else if (s && s->type == PKL_DICT) {
+        /* five lookups per tensor: a huge dict shared by every tensor's
+         * properties (memo) would make them quadratic */
+        if (s->u.seq.len > 2 * DCP_MAX_FIELDS)
+            return bad(X, CKPT_ELIMIT, s,
+                       "'%s': TensorProperties state dict has %zu entries (limit %d)", fqn,
+                       s->u.seq.len / 2, DCP_MAX_FIELDS);
         dtype = pkl_dict_get(s, "dtype");
         layout = pkl_dict_get(s, "layout");
         rg = pkl_dict_get(s, "requires_grad");
@@ -345,20 +426,21 @@ static int get_properties(struct ex *X, const struct pkl_value *v, const char *f
 
 /* ---- state_dict_metadata ------------------------------------------------ */
 
-static char *chunk_key(struct ex *X, const char *fqn, const int64_t *offs, uint32_t n, size_t *klen)
+/* Chunk-map key: tensor index (le32) + chunk offsets (le64 each; at most 64,
+ * see get_shape) into k[CHUNK_KEY_MAX]; returns its length. Keyed by tensor
+ * index, not fqn, so a long fqn is not copied once per chunk. */
+#define CHUNK_KEY_MAX (4 + 8 * 64)
+
+static size_t chunk_key(char *k, uint32_t tensor, const int64_t *offs, uint32_t n)
 {
-    size_t fl = strlen(fqn);
-    *klen = fl + 1 + 8 * (size_t)n;
-    char *k = arena_alloc(&X->scratch, *klen);
-    if (!k)
-        return NULL;
-    memcpy(k, fqn, fl + 1);
+    for (int b = 0; b < 4; b++)
+        k[b] = (char)(tensor >> (8 * b));
     for (uint32_t d = 0; d < n; d++) {
         uint64_t u = (uint64_t)offs[d];
         for (int b = 0; b < 8; b++)
-            k[fl + 1 + 8 * d + b] = (char)(u >> (8 * b));
+            k[4 + 8 * d + b] = (char)(u >> (8 * b));
     }
-    return k;
+    return 4 + 8 * (size_t)n;
 }
 
 static int add_tensor(struct ex *X, const struct pkl_value *v, const char *fqn,
@@ -407,10 +489,12 @@ static int add_tensor(struct ex *X, const struct pkl_value *v, const char *fqn,
                        "'%s': chunk %zu has %u-dim offsets and %u-dim sizes, tensor has %u dims",
                        fqn, i, no, ns, t->ndim);
         t->chunks[i].item = CKPT_NONE;
-        size_t klen;
-        char *key = chunk_key(X, fqn, t->chunks[i].offsets, no, &klen);
+        char kb[CHUNK_KEY_MAX];
+        size_t klen = chunk_key(kb, c->ntensors, t->chunks[i].offsets, no);
+        char *key = arena_alloc(&X->scratch, klen);
         if (!key)
             return nomem(X);
+        memcpy(key, kb, klen);
         if (X->nchunks == UINT32_MAX)
             return bad(X, CKPT_ELIMIT, ch, "too many chunks");
         rc = strmap_put(&X->chunks, key, klen, X->nchunks, NULL);
@@ -583,10 +667,8 @@ static int add_item(struct ex *X, const struct pkl_value *key, const struct pkl_
                        fqn);
         if ((rc = get_shape(X, offv, "MetadataIndex.offset", fqn, &n, &offs)))
             return rc;
-        size_t klen;
-        char *k = chunk_key(X, fqn, offs, n, &klen);
-        if (!k)
-            return nomem(X);
+        char k[CHUNK_KEY_MAX];
+        size_t klen = chunk_key(k, val, offs, n);
         uint32_t g;
         if (strmap_get(&X->chunks, k, klen, &g) != 0)
             return bad(X, CKPT_EINVALID, key, "storage entry for '%s' names no chunk of it", fqn);
@@ -715,37 +797,103 @@ static int walk_storage_meta(struct ex *X, const struct pkl_value *v)
     return 0;
 }
 
-/* planner_data -> JSON: containers recurse at most 64 levels deep and the
- * whole conversion visits at most `budget` values. */
-static json_t *to_json(const struct pkl_value *v, int depth, size_t *budget)
+/* planner_data -> JSON. Memo sharing lets a small pickle describe a huge
+ * tree (one long str referenced by thousands of DUPs), so the conversion is
+ * bounded twice: values visited (nodes) and bytes of text copied into the
+ * JSON (bytes: strs, dict keys, reprs). */
+struct jctx {
+    size_t nodes, bytes;
+    int code;                   /* why to_json returned NULL */
+    const char *why;            /* ... in words */
+    const struct pkl_value *at; /* ... and where */
+};
+
+static json_t *jfail(struct jctx *J, int code, const char *why, const struct pkl_value *v)
 {
-    if (!v || depth > 64 || *budget == 0)
-        return NULL;
-    (*budget)--;
+    J->code = code;
+    J->why = why;
+    J->at = v;
+    return NULL;
+}
+
+static int charge(struct jctx *J, size_t n, const struct pkl_value *v)
+{
+    if (n > J->bytes) {
+        jfail(J, CKPT_ELIMIT, "expands to too much text (shared strings)", v);
+        return -1;
+    }
+    J->bytes -= n;
+    return 0;
+}
+
+/* A pkl_repr() rendering for JSON. Truncation may cut a UTF-8 sequence and
+ * strs may hold surrogates, both of which jansson refuses: such a rendering
+ * (lossy anyway) gets '?' for every non-ASCII byte. */
+static void repr_for_json(const struct pkl_value *v, char *buf, size_t len, size_t depth,
+                          size_t nodes)
+{
+    pkl_repr(v, buf, len, depth, nodes);
+    json_t *probe = json_string(buf);
+    if (probe) {
+        json_decref(probe);
+        return;
+    }
+    for (char *s = buf; *s; s++)
+        if ((unsigned char)*s >= 0x80)
+            *s = '?';
+}
+
+static json_t *to_json(struct jctx *J, const struct pkl_value *v, int depth)
+{
+    if (!v)
+        return jfail(J, CKPT_EFORMAT, "holds no value", v);
+    if (depth > 64)
+        return jfail(J, CKPT_ELIMIT, "is nested more than 64 levels deep", v);
+    if (J->nodes == 0)
+        return jfail(J, CKPT_ELIMIT, "expands to too many values (shared containers)", v);
+    J->nodes--;
+    json_t *r;
     switch (v->type) {
     case PKL_NONE:
-        return json_null();
+        r = json_null();
+        break;
     case PKL_BOOL:
-        return json_boolean(v->u.b);
+        r = json_boolean(v->u.b);
+        break;
     case PKL_INT:
-        return json_integer(v->u.i);
+        r = json_integer(v->u.i);
+        break;
     case PKL_FLOAT:
-        return json_real(v->u.f);
+        if (isnan(v->u.f) || isinf(v->u.f))
+            return jfail(J, CKPT_EINVALID, "holds a NaN or infinite float JSON cannot represent",
+                         v);
+        r = json_real(v->u.f);
+        break;
     case PKL_STR:
-        return json_stringn(v->u.str.s, v->u.str.len);
+        if (charge(J, v->u.str.len, v))
+            return NULL;
+        r = json_stringn(v->u.str.s, v->u.str.len);
+        if (!r)
+            return jfail(J, CKPT_EENCODING, "holds a str JSON cannot represent (a surrogate)", v);
+        return r;
     case PKL_TUPLE:
     case PKL_LIST:
     case PKL_SET:
     case PKL_FROZENSET: {
         json_t *a = json_array();
         for (size_t i = 0; a && i < v->u.seq.len; i++) {
-            json_t *x = to_json(v->u.seq.items[i], depth + 1, budget);
-            if (!x || json_array_append_new(a, x)) {
+            json_t *x = to_json(J, v->u.seq.items[i], depth + 1);
+            if (!x) {
                 json_decref(a);
                 return NULL;
             }
+            if (json_array_append_new(a, x)) {
+                json_decref(a);
+                a = NULL;
+            }
         }
-        return a;
+        r = a;
+        break;
     }
     case PKL_DICT: {
         json_t *o = json_object();
@@ -757,39 +905,65 @@ static json_t *to_json(const struct pkl_value *v, int depth, size_t *budget)
             if (k->type == PKL_STR) {
                 ks = k->u.str.s;
                 kl = k->u.str.len;
-            } else if (k->type == PKL_INT) {
-                kl = (size_t)snprintf(kb, sizeof(kb), "%" PRId64, k->u.i);
-                ks = kb;
             } else {
-                pkl_repr(k, kb, sizeof(kb), 4, 32);
+                if (k->type == PKL_INT) {
+                    snprintf(kb, sizeof(kb), "%" PRId64, k->u.i);
+                } else {
+                    repr_for_json(k, kb, sizeof(kb), 4, 32);
+                }
                 ks = kb;
                 kl = strlen(kb);
             }
-            json_t *x = to_json(v->u.seq.items[i + 1], depth + 1, budget);
-            if (!x || json_object_setn_new(o, ks, kl, x)) {
+            if (charge(J, kl, k)) {
                 json_decref(o);
                 return NULL;
             }
+            json_t *x = to_json(J, v->u.seq.items[i + 1], depth + 1);
+            if (!x) {
+                json_decref(o);
+                return NULL;
+            }
+            if (json_object_setn_new(o, ks, kl, x)) {
+                json_decref(o);
+                if (k->type == PKL_STR)
+                    return jfail(J, CKPT_EENCODING,
+                                 "has a dict key JSON cannot represent (a surrogate)", k);
+                o = NULL;
+            }
         }
-        return o;
+        r = o;
+        break;
     }
     default: {
         char buf[512];
-        pkl_repr(v, buf, sizeof(buf), 8, 64);
-        return json_string(buf);
+        repr_for_json(v, buf, sizeof(buf), 8, 64);
+        if (charge(J, strlen(buf), v))
+            return NULL;
+        r = json_string(buf);
+        break;
     }
     }
+    return r ? r : jfail(J, -ENOMEM, "cannot be converted: out of memory", v);
 }
 
 static int walk_planner_data(struct ex *X, const struct pkl_value *v)
 {
     /* a tree visits each edge once and every edge costs an opcode byte, so
-     * input bytes + values bounds an honest conversion; shared subtrees
-     * (memo DAGs) that would expand beyond that are refused */
-    size_t budget = (size_t)X->c->dcp.size + X->doc->nvalues;
-    json_t *j = is_none(v) ? json_null() : to_json(v, 0, &budget);
-    if (!j)
-        return bad(X, CKPT_ELIMIT, v, "planner_data is too deep or too large to convert");
+     * input bytes + values bounds an honest conversion's values; its text
+     * (torch writes fqn -> path tuples, about 0.15 bytes per metadata byte)
+     * gets 4 bytes per input byte + 16 MiB. Shared subtrees and strings (memo
+     * DAGs) that would expand beyond that are refused. */
+    uint64_t size = X->c->dcp.size;
+    struct jctx J = {(size_t)size + X->doc->nvalues,
+                     size > (SIZE_MAX - (16u << 20)) / 4 ? SIZE_MAX
+                                                         : (size_t)size * 4 + (16u << 20),
+                     0, NULL, NULL};
+    json_t *j = is_none(v) ? json_null() : to_json(&J, v, 0);
+    if (!j) {
+        if (J.code == -ENOMEM)
+            return nomem(X);
+        return bad(X, J.code, J.at ? J.at : v, "planner_data %s", J.why);
+    }
     char *s = json_dumps(j, JSON_COMPACT | JSON_ENCODE_ANY);
     json_decref(j);
     if (!s)
@@ -925,6 +1099,8 @@ done:
     strmap_free(&X.chunks);
     free(X.chunk_tensor);
     free(X.chunk_index);
+    vc_free(&X.strs);
+    vc_free(&X.shapes);
     arena_release(&X.scratch);
     if (rc) {
         if (!rc || (err && !err->code))

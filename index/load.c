@@ -305,13 +305,22 @@ static int load_st(const struct ckpt_io *io, const char *dir, const char *index_
             rc = ckpt_err_set(err, -ENOMEM, CKPT_NOPOS, "out of memory");
             goto out;
         }
-        for (uint32_t i = 0; i < ix->n; i++) {
-            int seen = 0;
-            for (size_t k = 0; k < nnames && !seen; k++)
-                seen = strcmp(names[k], ix->file[i]) == 0;
-            if (!seen)
+        /* distinct files (a hash set: weight_map may have many entries) */
+        struct strmap seen;
+        if (strmap_init(&seen, 16)) {
+            rc = ckpt_err_set(err, -ENOMEM, CKPT_NOPOS, "out of memory");
+            goto out;
+        }
+        for (uint32_t i = 0; i < ix->n && !rc; i++) {
+            int r = strmap_put(&seen, ix->file[i], strlen(ix->file[i]), 0, NULL);
+            if (r < 0)
+                rc = ckpt_err_set(err, -ENOMEM, CKPT_NOPOS, "out of memory");
+            else if (r == 0)
                 names[nnames++] = (char *)ix->file[i];
         }
+        strmap_free(&seen);
+        if (rc)
+            goto out;
     } else if (rc == -ENOENT && !index_name) {
         rc = list_dir(io, dir, &l);
         if (rc) {

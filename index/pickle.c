@@ -371,13 +371,31 @@ static int hashable(struct parser *P, const struct pkl_value *k)
         (t == PKL_BYTES && (k->flags & PKL_F_BYTEARRAY)))
         return fail(P, CKPT_ETYPE, "unhashable %s (created at byte %" PRIu64 ") used as a key",
                     pkl_type_name(t), k->pos);
-    if (t == PKL_TUPLE)
+    if (t == PKL_TUPLE && (k->flags & PKL_F_UNHASHABLE)) {
+        /* flagged when the tuple was built: rescanning its items for every
+         * use as a key would make one shared big tuple quadratic */
+        int ti = PKL_LIST;
         for (size_t i = 0; i < k->u.seq.len; i++) {
-            int ti = k->u.seq.items[i]->type;
+            ti = k->u.seq.items[i]->type;
             if (ti == PKL_LIST || ti == PKL_DICT || ti == PKL_SET)
-                return fail(P, CKPT_ETYPE, "tuple key holds an unhashable %s", pkl_type_name(ti));
+                break;
         }
+        return fail(P, CKPT_ETYPE, "tuple key holds an unhashable %s", pkl_type_name(ti));
+    }
     return 0;
+}
+
+/* Tuples never change after they are built: note once whether one holds
+ * an unhashable item, so hashable() is O(1) however often it is a key. */
+static void tuple_seal(struct pkl_value *v)
+{
+    for (size_t i = 0; i < v->u.seq.len; i++) {
+        int ti = v->u.seq.items[i]->type;
+        if (ti == PKL_LIST || ti == PKL_DICT || ti == PKL_SET) {
+            v->flags |= PKL_F_UNHASHABLE;
+            return;
+        }
+    }
 }
 
 /* Add pairs src[0..2n) to a dict, or to an object's dictitems. */
@@ -860,6 +878,7 @@ static int step(struct parser *P)
             return P->rc;
         if ((rc = seq_append(P, v, P->stack + P->sp - cnt, cnt)))
             return rc;
+        tuple_seal(v);
         P->sp -= cnt;
         return push(P, v);
     }
@@ -885,6 +904,8 @@ static int step(struct parser *P)
         }
         if (rc)
             return rc;
+        if (type == PKL_TUPLE)
+            tuple_seal(v);
         P->sp = k;
         return push(P, v);
     }

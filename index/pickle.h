@@ -63,6 +63,7 @@ enum pkl_type {
 };
 
 #define PKL_F_BYTEARRAY 1
+#define PKL_F_UNHASHABLE 2 /* tuple holding a list, dict or set (set when built) */
 #define PKL_HOW_REDUCE 1
 #define PKL_HOW_NEWOBJ 2
 #define PKL_HOW_NEWOBJ_EX 3

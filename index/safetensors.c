@@ -159,9 +159,11 @@ static int parse_tensor(struct st_header *h, struct st_tensor *ts, const char *n
         if (get_u64(json_array_get(shape, d), &u))
             return FAIL(CKPT_EINVALID, 8, "'%s': shape[%u] is not a non-negative integer", name, d);
         sh[d] = (int64_t)u;
-        bits *= u;
-        if (bits > (unsigned __int128)UINT64_MAX * 8)
+        /* checked before multiplying: bits <= 2^67 and u < 2^63, so the
+         * product itself could wrap 128 bits and pass a check made after */
+        if (u && bits > ((unsigned __int128)UINT64_MAX * 8) / u)
             return FAIL(CKPT_EINVALID, 8, "'%s': numel * itemsize overflows 64 bits", name);
+        bits *= u;
     }
     ts->shape = sh;
     if (!json_is_array(offs) || json_array_size(offs) != 2 ||

@@ -249,12 +249,36 @@ Test(malformed, fuzz_regressions)
         }
         struct st_header *h = NULL;
         if (st_parse(exact, len, len, &h, &err) == 0) {
+            /* accepted tensors hold exactly numel * itemsize bytes, the
+             * product computed without wrapping (a shape could make a
+             * 128-bit product wrap to the byte count) */
+            for (uint32_t t = 0; t < h->ntensors; t++) {
+                const struct st_tensor *x = &h->tensors[t];
+                unsigned __int128 bits = x->elem_bits;
+                int zero = 0, over = 0;
+                for (uint32_t d = 0; d < x->ndim; d++) {
+                    uint64_t u = (uint64_t)x->shape[d];
+                    if (!u)
+                        zero = 1;
+                    else if (bits > ((unsigned __int128)1 << 68) / u)
+                        over = 1;
+                    else
+                        bits *= u;
+                }
+                if (zero)
+                    bits = 0;
+                cr_assert(!(over && !zero) && bits % 8 == 0 && bits / 8 == x->end - x->begin,
+                          "%s: '%s' byte count does not match its shape", e->d_name, x->name);
+            }
             const char *name = "model.safetensors";
             struct ckpt *sc = NULL;
             if (st_build_ckpt(&name, &h, 1, NULL, &sc, &err) == 0)
                 ckpt_free(sc);
             st_free(h);
         }
+        struct st_index *ix = NULL;
+        if (st_index_parse(exact, len, &ix, &err) == 0)
+            st_index_free(ix);
         free(exact);
         n++;
     }
