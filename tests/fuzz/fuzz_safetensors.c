@@ -26,7 +26,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             const struct st_tensor *x = &h->tensors[t];
             unsigned __int128 bits = x->elem_bits;
             for (uint32_t d = 0; d < x->ndim; d++)
-                bits *= (uint64_t)x->shape[d];
+                if (__builtin_mul_overflow(bits, (unsigned __int128)x->shape[d], &bits))
+                    abort(); /* accepted a shape whose size does not fit: a parser bug */
             if (x->end < x->begin || bits / 8 != x->end - x->begin || x->end > size)
                 abort();
             total += x->end - x->begin;
