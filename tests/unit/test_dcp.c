@@ -11,20 +11,7 @@
 #include <string.h>
 
 #include "dcp.h"
-
-static char *slurp(const char *path, size_t *n)
-{
-    FILE *f = fopen(path, "rb");
-    cr_assert_not_null(f, "%s", path);
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)len + 1);
-    cr_assert_eq(fread(b, 1, (size_t)len, f), (size_t)len);
-    fclose(f);
-    *n = (size_t)len;
-    return b;
-}
+#include "test_util.h"
 
 static struct ckpt *parse_file(const char *path, int *rc, struct ckpt_err *err)
 {

@@ -17,6 +17,7 @@
 #include "dcp.h"
 #include "load.h"
 #include "safetensors.h"
+#include "test_util.h"
 
 /* ---- a minimal local ckpt_io ------------------------------------------ */
 
@@ -75,20 +76,6 @@ static int l_list(void *ctx, const char *dir, ckpt_io_list_fn fn, void *arg)
     closedir(d);
     free(p);
     return 0;
-}
-
-static char *slurp(const char *path, size_t *n)
-{
-    FILE *f = fopen(path, "rb");
-    cr_assert_not_null(f, "%s", path);
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc(len ? (size_t)len : 1);
-    cr_assert_eq(fread(b, 1, (size_t)len, f), (size_t)len);
-    fclose(f);
-    *n = (size_t)len;
-    return b;
 }
 
 /* 0 accepted, else the error code */

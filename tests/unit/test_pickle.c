@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "pickle.h"
+#include "test_util.h"
 
 #define P2 "\x80\x02"
 #define P4 "\x80\x04"
@@ -617,20 +618,6 @@ Test(pickle, dag_bomb_repr_is_bounded)
 }
 
 /* ---- every truncation of a real metadata ------------------------------ */
-
-static char *slurp(const char *path, size_t *n)
-{
-    FILE *f = fopen(path, "rb");
-    cr_assert_not_null(f, "%s", path);
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)len + 1);
-    cr_assert_eq(fread(b, 1, (size_t)len, f), (size_t)len);
-    fclose(f);
-    *n = (size_t)len;
-    return b;
-}
 
 Test(pickle, every_truncation_fails_cleanly)
 {

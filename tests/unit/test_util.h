@@ -1,0 +1,30 @@
+/*
+ * tests/unit/test_util.h - small helpers shared by the criterion unit tests
+ * (header-only: every test is its own executable).
+ */
+#ifndef CKPTFS_TEST_UTIL_H
+#define CKPTFS_TEST_UTIL_H
+
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+/* The whole file at path in a malloc'd buffer (one spare byte, so an empty
+ * file still gets a valid pointer); *n = its length. Fails the test if the
+ * file cannot be read. The caller frees. */
+static inline char *slurp(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f, "%s", path);
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc((size_t)len + 1);
+    cr_assert_not_null(b);
+    cr_assert_eq(fread(b, 1, (size_t)len, f), (size_t)len, "%s", path);
+    fclose(f);
+    *n = (size_t)len;
+    return b;
+}
+
+#endif
