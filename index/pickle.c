@@ -973,8 +973,8 @@ static int step(struct parser *P)
 
     /* class references and objects */
     case OP_GLOBAL: {
-        const char *m, *nm;
-        size_t ml, nl;
+        const char *m = NULL, *nm = NULL; /* set by read_line; initialised for -O3 */
+        size_t ml = 0, nl = 0;
         if ((rc = read_line(P, &m, &ml)) || (rc = read_line(P, &nm, &nl)))
             return rc;
         return push_global(P, m, ml, nm, nl);

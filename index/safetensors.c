@@ -311,7 +311,7 @@ done:
 int st_parse(const void *buf, size_t len, uint64_t file_size, struct st_header **out,
              struct ckpt_err *err)
 {
-    uint64_t hlen;
+    uint64_t hlen = 0;
     *out = NULL;
     ckpt_err_clear(err);
     int rc = st_header_len(buf, len, file_size, &hlen, err);
