@@ -52,7 +52,8 @@ struct cache_obj {
     char *path;
     char etag[STORE_ETAG_MAX];
     uint64_t size;
-    unsigned refs; /* open handles + blocks */
+    unsigned refs;  /* open handles + blocks + fetch jobs */
+    unsigned opens; /* open handles alone */
 };
 
 struct cache {
@@ -165,6 +166,7 @@ struct cache_obj *cache_obj_get(struct cache *c, const char *path, const char *e
     for (struct cache_obj *o = c->objs[bucket]; o; o = o->hnext) {
         if (strcmp(o->path, path) == 0 && strcmp(o->etag, etag) == 0 && o->size == size) {
             o->refs++;
+            o->opens++;
             pthread_mutex_unlock(&c->lock);
             if (was_cached)
                 *was_cached = 1;
@@ -181,6 +183,7 @@ struct cache_obj *cache_obj_get(struct cache *c, const char *path, const char *e
     snprintf(o->etag, sizeof o->etag, "%s", etag);
     o->size = size;
     o->refs = 1;
+    o->opens = 1;
     o->hnext = c->objs[bucket];
     c->objs[bucket] = o;
     pthread_mutex_unlock(&c->lock);
@@ -194,6 +197,7 @@ void cache_obj_put(struct cache *c, struct cache_obj *o)
     if (!o)
         return;
     pthread_mutex_lock(&c->lock);
+    o->opens--;
     obj_unref_locked(c, o);
     pthread_mutex_unlock(&c->lock);
 }
@@ -325,7 +329,9 @@ static void fetch_job_run(void *arg)
 {
     struct fetch_job *j = arg;
     fetch_run(j->c, j->obj, j->first, j->n, 1);
-    cache_obj_put(j->c, j->obj);
+    pthread_mutex_lock(&j->c->lock);
+    obj_unref_locked(j->c, j->obj);
+    pthread_mutex_unlock(&j->c->lock);
     free(j);
 }
 
@@ -465,6 +471,26 @@ uint64_t cache_prefetch(struct cache *c, struct cache_obj *o, uint64_t off, uint
     }
     pthread_mutex_unlock(&c->lock);
     return scheduled;
+}
+
+void cache_release_behind(struct cache *c, struct cache_obj *o, uint64_t from, uint64_t to)
+{
+    uint64_t bs = c->cfg.block_size;
+    uint64_t first = (from + bs - 1) / bs, end = to / bs; /* whole blocks only */
+    pthread_mutex_lock(&c->lock);
+    if (o->opens == 1) {
+        for (uint64_t idx = first; idx < end; idx++) {
+            struct cblock *b = block_find(c, o, idx);
+            if (!b || b->state != BLOCK_READY || b->pins)
+                continue;
+            lru_unlink(b);
+            block_unhash(c, b);
+            c->st.bytes_cached -= b->len;
+            c->st.released++;
+            block_free_locked(c, b);
+        }
+    }
+    pthread_mutex_unlock(&c->lock);
 }
 
 void cache_cancel(struct cache *c)

@@ -39,6 +39,7 @@ struct cache_stats {
     uint64_t prefetched;       /* blocks fetched in the background */
     uint64_t prefetch_skipped; /* background blocks skipped: cache full of pinned data */
     uint64_t evictions;        /* blocks dropped to stay within capacity */
+    uint64_t released;         /* blocks dropped behind a sequential reader */
     uint64_t fetch_errors;     /* fetches that failed */
     uint64_t bytes_cached;     /* current block bytes held */
     uint64_t capacity;
@@ -68,6 +69,13 @@ const char *cache_obj_path(const struct cache_obj *o);
 /* Copy [off, off+len) of o (clamped to its size) into dst. Returns the bytes
  * copied or a negative errno from the store (-EIO, -ESTALE, ...). */
 ssize_t cache_read(struct cache *c, struct cache_obj *o, uint64_t off, size_t len, void *dst);
+
+/* Blocks wholly inside [from, to) of o are dropped now (unless another
+ * open handle shares o, or they are in use), so that a sequential reader's
+ * memory is reused for the blocks ahead instead of growing to the cache size
+ * (every new buffer costs a page fault per 4 KiB). The kernel's page cache
+ * keeps what was read for re-reads. */
+void cache_release_behind(struct cache *c, struct cache_obj *o, uint64_t from, uint64_t to);
 
 /* Schedule background fetches of [off, off+len) of o (clamped). Blocks
  * already cached or in flight are skipped. Never waits for I/O. Returns

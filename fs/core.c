@@ -61,12 +61,14 @@ struct core {
 
 struct core_file {
     struct cache_obj *obj;
+    int fd; /* >= 0: the store gave a file descriptor; reads bypass the cache */
     pthread_mutex_t ra_lock;
     struct readahead ra; /* protected by ra_lock */
     /* Index-guided prefetch, protected by ra_lock: the item last read and
      * how far items have been requested ahead of it. */
     uint64_t item_start, item_end, items_ahead_end;
     unsigned item_streak; /* consecutive reads that moved to the next item */
+    uint64_t released_to; /* blocks before this were released behind the reader */
 };
 
 void core_config_defaults(struct core_config *cfg)
@@ -286,6 +288,12 @@ int core_open(struct core *core, const char *path, int flags, struct core_file *
         free(f);
         return -ENOMEM;
     }
+    f->fd = -1;
+    if (core->store->ops->open_fd) {
+        f->fd = core->store->ops->open_fd(core->store, spath, s.etag);
+        if (f->fd < 0)
+            f->fd = -1; /* changed or vanished since the lookup: the cache path reports it */
+    }
     pthread_mutex_init(&f->ra_lock, NULL);
     readahead_init(&f->ra, core->cfg.readahead_min, core->cfg.readahead_max);
     atomic_fetch_add(&core->opens, 1);
@@ -345,6 +353,23 @@ static int prefetch_items(struct core *core, struct core_file *f, uint64_t off)
     return 1;
 }
 
+/* Free-behind for a sequential stream: the blocks it has passed by more than
+ * the reordering tolerance go back to the allocator (see
+ * cache_release_behind). Random and item-guided readers keep their blocks. */
+static void release_behind(struct core *core, struct core_file *f, uint64_t off)
+{
+    const uint64_t keep = 8u << 20; /* > the readahead's reordering tolerance */
+    uint64_t from, to = off > keep ? off - keep : 0;
+    pthread_mutex_lock(&f->ra_lock);
+    int streaming = f->ra.window >= f->ra.max_window / 2 && to > f->released_to;
+    from = f->released_to;
+    if (streaming)
+        f->released_to = to;
+    pthread_mutex_unlock(&f->ra_lock);
+    if (streaming)
+        cache_release_behind(core->cache, f->obj, from, to);
+}
+
 ssize_t core_read(struct core *core, struct core_file *f, void *buf, size_t len, uint64_t off)
 {
     uint64_t size = cache_obj_size(f->obj);
@@ -363,11 +388,29 @@ ssize_t core_read(struct core *core, struct core_file *f, void *buf, size_t len,
     ssize_t n = cache_read(core->cache, f->obj, off, len, buf);
     if (n > 0)
         atomic_fetch_add(&core->read_bytes, (uint64_t)n);
+    release_behind(core, f, off);
     return n;
+}
+
+int core_read_direct(struct core *core, struct core_file *f, uint64_t off, size_t len, int *fd,
+                     size_t *n)
+{
+    if (f->fd < 0)
+        return 0;
+    uint64_t size = cache_obj_size(f->obj);
+    *n = off >= size ? 0 : (len < size - off ? len : (size_t)(size - off));
+    *fd = f->fd;
+    struct store_counters *sc = &core->store->counters;
+    atomic_fetch_add(&sc->get_requests, 1);
+    atomic_fetch_add(&sc->get_bytes, *n);
+    atomic_fetch_add(&core->read_bytes, *n);
+    return 1;
 }
 
 void core_release(struct core *core, struct core_file *f)
 {
+    if (f->fd >= 0)
+        close(f->fd);
     cache_obj_put(core->cache, f->obj);
     pthread_mutex_destroy(&f->ra_lock);
     free(f);
@@ -388,7 +431,8 @@ int core_stats_json(struct core *core, char *buf, size_t len)
         "\"read_bytes\": %llu, \"get_requests\": %llu, \"get_bytes\": %llu, "
         "\"head_requests\": %llu, \"list_requests\": %llu, \"retries\": %llu, \"errors\": %llu, "
         "\"cache\": {\"hits\": %llu, \"misses\": %llu, \"shared\": %llu, \"prefetched\": %llu, "
-        "\"prefetch_skipped\": %llu, \"evictions\": %llu, \"fetch_errors\": %llu, "
+        "\"prefetch_skipped\": %llu, \"evictions\": %llu, \"released\": %llu, \"fetch_errors\": "
+        "%llu, "
         "\"bytes_cached\": %llu, \"capacity\": %llu, \"block_size\": %u}, "
         "\"index\": {\"enabled\": %s, \"ready\": %llu, \"built\": %llu, \"reused\": %llu, "
         "\"failed\": %llu, \"lookups\": %llu, \"item_prefetches\": %llu}}\n",
@@ -402,11 +446,12 @@ int core_stats_json(struct core *core, char *buf, size_t len)
         (unsigned long long)atomic_load(&sc->retries), (unsigned long long)atomic_load(&sc->errors),
         (unsigned long long)cs.hits, (unsigned long long)cs.misses, (unsigned long long)cs.shared,
         (unsigned long long)cs.prefetched, (unsigned long long)cs.prefetch_skipped,
-        (unsigned long long)cs.evictions, (unsigned long long)cs.fetch_errors,
-        (unsigned long long)cs.bytes_cached, (unsigned long long)cs.capacity, core->cfg.block_size,
-        core->index ? "true" : "false", (unsigned long long)is.ready, (unsigned long long)is.built,
-        (unsigned long long)is.reused, (unsigned long long)is.failed,
-        (unsigned long long)is.lookups, (unsigned long long)atomic_load(&core->item_prefetches));
+        (unsigned long long)cs.evictions, (unsigned long long)cs.released,
+        (unsigned long long)cs.fetch_errors, (unsigned long long)cs.bytes_cached,
+        (unsigned long long)cs.capacity, core->cfg.block_size, core->index ? "true" : "false",
+        (unsigned long long)is.ready, (unsigned long long)is.built, (unsigned long long)is.reused,
+        (unsigned long long)is.failed, (unsigned long long)is.lookups,
+        (unsigned long long)atomic_load(&core->item_prefetches));
 }
 
 int core_create(struct store *store, const struct core_config *cfg, struct core **out)

@@ -52,6 +52,11 @@ int core_readdir(struct core *core, const char *path, core_fill_fn fill, void *a
 int core_open(struct core *core, const char *path, int flags, struct core_file **out,
               int *keep_cache);
 ssize_t core_read(struct core *core, struct core_file *f, void *buf, size_t len, uint64_t off);
+/* If f reads straight from a file descriptor of the store (the local
+ * directory store), set *fd and *n (len clamped to the file) for the adapter
+ * to hand to the kernel (splice), count the read, and return 1; else 0. */
+int core_read_direct(struct core *core, struct core_file *f, uint64_t off, size_t len, int *fd,
+                     size_t *n);
 void core_release(struct core *core, struct core_file *f);
 
 /* Statistics as one JSON object into buf (NUL-terminated, truncated to

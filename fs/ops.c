@@ -31,6 +31,12 @@ static void *op_init(struct fuse_conn_info *conn, struct fuse_config *cfg)
     conn->max_readahead = c->max_readahead;
     conn->max_write = 1u << 20; /* also raises max_pages, so reads of 1 MiB */
     conn->max_background = 64;
+    /* Let the kernel splice file-descriptor replies (local store) into the
+     * reader's pages instead of copying them through us. */
+    if (conn->capable & FUSE_CAP_SPLICE_WRITE)
+        conn->want |= FUSE_CAP_SPLICE_WRITE;
+    if (conn->capable & FUSE_CAP_SPLICE_MOVE)
+        conn->want |= FUSE_CAP_SPLICE_MOVE;
     conn->congestion_threshold = 48;
     return c;
 }
@@ -80,14 +86,44 @@ static int op_open(const char *path, struct fuse_file_info *fi)
     return 0;
 }
 
-static int op_read(const char *path, char *buf, size_t size, off_t off, struct fuse_file_info *fi)
+/* Reads come back as a buffer vector: a file descriptor of the store (the
+ * kernel splices from it, no copy through us) when the store has one, else
+ * memory filled from the cache. libfuse frees the vector and its memory. */
+static int op_read_buf(const char *path, struct fuse_bufvec **bufp, size_t size, off_t off,
+                       struct fuse_file_info *fi)
 {
     (void)path;
     if (off < 0)
         return -EINVAL;
     struct core_file *f = (struct core_file *)(uintptr_t)fi->fh;
-    ssize_t n = core_read(ctx()->core, f, buf, size, (uint64_t)off);
-    return (int)n;
+    struct fuse_bufvec *bv = malloc(sizeof *bv);
+    if (!bv)
+        return -ENOMEM;
+    int fd;
+    size_t n;
+    if (core_read_direct(ctx()->core, f, (uint64_t)off, size, &fd, &n)) {
+        *bv = (struct fuse_bufvec)FUSE_BUFVEC_INIT(n);
+        bv->buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
+        bv->buf[0].fd = fd;
+        bv->buf[0].pos = off;
+        *bufp = bv;
+        return 0;
+    }
+    char *mem = malloc(size ? size : 1);
+    if (!mem) {
+        free(bv);
+        return -ENOMEM;
+    }
+    ssize_t got = core_read(ctx()->core, f, mem, size, (uint64_t)off);
+    if (got < 0) {
+        free(mem);
+        free(bv);
+        return (int)got;
+    }
+    *bv = (struct fuse_bufvec)FUSE_BUFVEC_INIT((size_t)got);
+    bv->buf[0].mem = mem;
+    *bufp = bv;
+    return 0;
 }
 
 static int op_release(const char *path, struct fuse_file_info *fi)
@@ -131,7 +167,7 @@ static const struct fuse_operations ckptfs_ops = {
     .getattr = op_getattr,
     .readdir = op_readdir,
     .open = op_open,
-    .read = op_read,
+    .read_buf = op_read_buf,
     .release = op_release,
     .getxattr = op_getxattr,
     .listxattr = op_listxattr,

@@ -63,6 +63,12 @@ struct store_ops {
     int (*read)(struct store *s, const char *path, const char *etag, uint64_t off, size_t len,
                 void *buf, size_t *nread);
 
+    /* Optional (NULL if the backend has no file descriptors): an fd open
+     * for reading the object at path, if it still has etag (else -ESTALE),
+     * so the kernel can copy its bytes straight to the reader (splice)
+     * without passing through the cache. The caller closes it. */
+    int (*open_fd)(struct store *s, const char *path, const char *etag);
+
     /* Release everything the store holds. */
     void (*destroy)(struct store *s);
 };

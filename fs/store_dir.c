@@ -114,30 +114,40 @@ static int dir_list(struct store *s, const char *dir, store_list_fn fn, void *ar
     return rc;
 }
 
-static int dir_read(struct store *s, const char *path, const char *etag, uint64_t off, size_t len,
-                    void *buf, size_t *nread)
+/* An fd for path, checked to still have etag (if given). */
+static int dir_open_fd(struct store *s, const char *path, const char *etag)
 {
     struct dir_store *ds = to_dir(s);
-    *nread = 0;
     if (!path_ok(path))
         return -EINVAL;
     int fd = openat(ds->root_fd, path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return -errno;
-    int rc = 0;
     if (etag && *etag) {
         struct stat sb;
         struct store_stat now;
         if (fstat(fd, &sb) < 0) {
-            rc = -errno;
-            goto out;
+            int e = errno;
+            close(fd);
+            return -e;
         }
         fill_stat(&sb, &now);
         if (strcmp(now.etag, etag) != 0) {
-            rc = -ESTALE;
-            goto out;
+            close(fd);
+            return -ESTALE;
         }
     }
+    return fd;
+}
+
+static int dir_read(struct store *s, const char *path, const char *etag, uint64_t off, size_t len,
+                    void *buf, size_t *nread)
+{
+    *nread = 0;
+    int fd = dir_open_fd(s, path, etag);
+    if (fd < 0)
+        return fd;
+    int rc = 0;
     atomic_fetch_add(&s->counters.get_requests, 1);
     size_t done = 0;
     while (done < len) {
@@ -155,7 +165,6 @@ static int dir_read(struct store *s, const char *path, const char *etag, uint64_
     }
     *nread = done;
     atomic_fetch_add(&s->counters.get_bytes, done);
-out:
     close(fd);
     return rc;
 }
@@ -173,6 +182,7 @@ static const struct store_ops dir_ops = {
     .stat = dir_stat,
     .list = dir_list,
     .read = dir_read,
+    .open_fd = dir_open_fd,
     .destroy = dir_destroy,
 };
 
