@@ -234,6 +234,14 @@ int ckindex_items(struct ckindex *ci, const char *path, uint64_t off, uint64_t b
     return n;
 }
 
+int ckindex_is_checkpoint(struct ckindex *ci, const char *dir)
+{
+    pthread_mutex_lock(&ci->lock);
+    int known = dir_find_locked(ci, dir, strlen(dir)) != NULL;
+    pthread_mutex_unlock(&ci->lock);
+    return known;
+}
+
 void ckindex_get_stats(struct ckindex *ci, struct ckindex_stats *out)
 {
     pthread_mutex_lock(&ci->lock);

@@ -183,10 +183,45 @@ static int meta_get(struct core *core, const char *path, int *err, struct store_
 }
 
 /* Attributes of a store path, from the metadata cache or the store. */
+struct relist_ctx {
+    struct core *core;
+    const char *dir;
+    char child[4096];
+};
+
+static int relist_entry(void *arg, const char *name, const struct store_stat *s)
+{
+    struct relist_ctx *rc = arg;
+    int n = snprintf(rc->child, sizeof rc->child, "%s%s%s", rc->dir, *rc->dir ? "/" : "", name);
+    if (n > 0 && (size_t)n < sizeof rc->child)
+        meta_put(rc->core, rc->child, 0, s);
+    return 0;
+}
+
+/* Inside a checkpoint directory, a load opens every shard file: one listing
+ * of the directory answers all those lookups (a LIST page covers 1,000
+ * files) instead of a HEAD per file. Returns 1 if dir was listed. */
+static int relist_checkpoint_dir(struct core *core, const char *spath)
+{
+    const char *slash = strrchr(spath, '/');
+    char dir[4096];
+    size_t dlen = slash ? (size_t)(slash - spath) : 0;
+    if (!core->index || dlen >= sizeof dir)
+        return 0;
+    memcpy(dir, spath, dlen);
+    dir[dlen] = '\0';
+    if (!ckindex_is_checkpoint(core->index, dir))
+        return 0;
+    struct relist_ctx ctx = {.core = core, .dir = dir};
+    return core->store->ops->list(core->store, dir, relist_entry, &ctx) == 0;
+}
+
 static int lookup(struct core *core, const char *spath, struct store_stat *st)
 {
     int err;
     if (meta_get(core, spath, &err, st))
+        return err;
+    if (relist_checkpoint_dir(core, spath) && meta_get(core, spath, &err, st))
         return err;
     err = core->store->ops->stat(core->store, spath, st);
     if (err == 0 || err == -ENOENT)

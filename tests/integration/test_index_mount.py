@@ -217,3 +217,19 @@ def test_killed_daemon_fails_fast_and_remount_recovers(store, mounter, checkpoin
     name = "__1_0.distcp"
     got, _ = harness.sha256_file(m2.p(f"{prefix}/{name}"))
     assert got == harness.sha256(open(os.path.join(checkpoint, name), "rb").read())
+
+
+def test_lookups_in_a_checkpoint_dir_use_one_listing(store, mounter, checkpoint):
+    """Opening every shard of a noticed checkpoint costs a listing, not a HEAD per file."""
+    prefix = put_checkpoint(store, checkpoint)
+    m = mounter(store, "--attr-timeout", "30")
+    open_metadata(m, prefix)
+    wait_index(m, "ready", 1)
+    before = m.stats()
+    names = [f for f in sorted(os.listdir(checkpoint)) if f != ".metadata"]
+    for name in names:
+        with open(m.p(f"{prefix}/{name}"), "rb") as f:
+            assert f.read(16) == open(os.path.join(checkpoint, name), "rb").read(16)
+    after = m.stats()
+    assert after["head_requests"] - before["head_requests"] == 0, (before, after)
+    assert 1 <= after["list_requests"] - before["list_requests"] <= 2
