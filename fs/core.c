@@ -183,52 +183,6 @@ static int meta_get(struct core *core, const char *path, int *err, struct store_
 }
 
 /* Attributes of a store path, from the metadata cache or the store. */
-struct relist_ctx {
-    struct core *core;
-    const char *dir;
-    char child[4096];
-};
-
-static int relist_entry(void *arg, const char *name, const struct store_stat *s)
-{
-    struct relist_ctx *rc = arg;
-    int n = snprintf(rc->child, sizeof rc->child, "%s%s%s", rc->dir, *rc->dir ? "/" : "", name);
-    if (n > 0 && (size_t)n < sizeof rc->child)
-        meta_put(rc->core, rc->child, 0, s);
-    return 0;
-}
-
-/* Inside a checkpoint directory, a load opens every shard file: one listing
- * of the directory answers all those lookups (a LIST page covers 1,000
- * files) instead of a HEAD per file. Returns 1 if dir was listed. */
-static int relist_checkpoint_dir(struct core *core, const char *spath)
-{
-    const char *slash = strrchr(spath, '/');
-    char dir[4096];
-    size_t dlen = slash ? (size_t)(slash - spath) : 0;
-    if (!core->index || dlen >= sizeof dir)
-        return 0;
-    memcpy(dir, spath, dlen);
-    dir[dlen] = '\0';
-    if (!ckindex_is_checkpoint(core->index, dir))
-        return 0;
-    struct relist_ctx ctx = {.core = core, .dir = dir};
-    return core->store->ops->list(core->store, dir, relist_entry, &ctx) == 0;
-}
-
-static int lookup(struct core *core, const char *spath, struct store_stat *st)
-{
-    int err;
-    if (meta_get(core, spath, &err, st))
-        return err;
-    if (relist_checkpoint_dir(core, spath) && meta_get(core, spath, &err, st))
-        return err;
-    err = core->store->ops->stat(core->store, spath, st);
-    if (err == 0 || err == -ENOENT)
-        meta_put(core, spath, err, err == 0 ? st : NULL);
-    return err;
-}
-
 static void to_stat(const struct core *core, const struct store_stat *s, struct stat *st)
 {
     memset(st, 0, sizeof *st);
@@ -249,6 +203,63 @@ static void to_stat(const struct core *core, const struct store_stat *s, struct 
     st->st_atim.tv_sec = s->mtime;
 }
 
+/* One pass over a directory listing: every entry goes into the metadata
+ * cache, a .metadata marks the directory as a checkpoint for the index, and
+ * fill (if any) gets the entry for readdir. */
+struct listing {
+    struct core *core;
+    const char *dir; /* store path of the directory */
+    core_fill_fn fill;
+    void *arg;
+    char child[4096];
+};
+
+static int listing_entry(void *arg, const char *name, const struct store_stat *s)
+{
+    struct listing *l = arg;
+    int n = snprintf(l->child, sizeof l->child, "%s%s%s", l->dir, *l->dir ? "/" : "", name);
+    if (n > 0 && (size_t)n < sizeof l->child)
+        meta_put(l->core, l->child, 0, s);
+    if (l->core->index && !s->is_dir && strcmp(name, ".metadata") == 0)
+        ckindex_notice(l->core->index, l->dir, s);
+    if (!l->fill)
+        return 0;
+    struct stat st;
+    to_stat(l->core, s, &st);
+    return l->fill(l->arg, name, &st);
+}
+
+/* Inside a checkpoint directory, a load opens every shard file: one listing
+ * of the directory answers all those lookups (a LIST page covers 1,000
+ * files) instead of a HEAD per file. Returns 1 if dir was listed. */
+static int relist_checkpoint_dir(struct core *core, const char *spath)
+{
+    const char *slash = strrchr(spath, '/');
+    char dir[4096];
+    size_t dlen = slash ? (size_t)(slash - spath) : 0;
+    if (!core->index || dlen >= sizeof dir)
+        return 0;
+    memcpy(dir, spath, dlen);
+    dir[dlen] = '\0';
+    if (!ckindex_is_checkpoint(core->index, dir))
+        return 0;
+    struct listing l = {.core = core, .dir = dir};
+    return core->store->ops->list(core->store, dir, listing_entry, &l) == 0;
+}
+
+static int lookup(struct core *core, const char *spath, struct store_stat *st)
+{
+    int err;
+    if (meta_get(core, spath, &err, st))
+        return err;
+    if (relist_checkpoint_dir(core, spath) && meta_get(core, spath, &err, st))
+        return err;
+    err = core->store->ops->stat(core->store, spath, st);
+    if (err == 0 || err == -ENOENT)
+        meta_put(core, spath, err, err == 0 ? st : NULL);
+    return err;
+}
+
 int core_getattr(struct core *core, const char *path, struct stat *st)
 {
     struct store_stat s;
@@ -259,31 +270,10 @@ int core_getattr(struct core *core, const char *path, struct stat *st)
     return 0;
 }
 
-struct readdir_ctx {
-    struct core *core;
-    const char *dir; /* store path of the directory */
-    core_fill_fn fill;
-    void *arg;
-    char child[4096];
-};
-
-static int readdir_entry(void *arg, const char *name, const struct store_stat *s)
-{
-    struct readdir_ctx *rc = arg;
-    int n = snprintf(rc->child, sizeof rc->child, "%s%s%s", rc->dir, *rc->dir ? "/" : "", name);
-    if (n > 0 && (size_t)n < sizeof rc->child)
-        meta_put(rc->core, rc->child, 0, s);
-    if (rc->core->index && !s->is_dir && strcmp(name, ".metadata") == 0)
-        ckindex_notice(rc->core->index, rc->dir, s);
-    struct stat st;
-    to_stat(rc->core, s, &st);
-    return rc->fill(rc->arg, name, &st);
-}
-
 int core_readdir(struct core *core, const char *path, core_fill_fn fill, void *arg)
 {
-    struct readdir_ctx ctx = {.core = core, .dir = store_path(path), .fill = fill, .arg = arg};
-    return core->store->ops->list(core->store, ctx.dir, readdir_entry, &ctx);
+    struct listing l = {.core = core, .dir = store_path(path), .fill = fill, .arg = arg};
+    return core->store->ops->list(core->store, l.dir, listing_entry, &l);
 }
 
 /* Opening DIR/.metadata means DIR is a checkpoint: make sure it is indexed. */
