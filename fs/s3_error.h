@@ -2,7 +2,7 @@
  * fs/s3_error.h - what an S3 failure means: errno, retryability, user message.
  *
  * One table maps (HTTP status, S3 error code) and transport failures to an
- * errno and a retry policy. store_s3.c classifies libcurl results into
+ * errno and a retry policy. s3_client.c classifies libcurl results into
  * enum s3_transport (this module does not see curl.h).
  */
 #ifndef CKPTFS_S3_ERROR_H

@@ -1,0 +1,137 @@
+/*
+ * fs/s3_client.h - the S3 HTTP client engine under the S3 store.
+ *
+ * Owns everything about talking HTTP(S) to one bucket: endpoint parsing and
+ * addressing (path-style / virtual-hosted), a pool of keep-alive connections
+ * (bounded parallelism), SigV4 signing (sigv4.c), sending, capturing headers
+ * and body, judging each attempt and retrying with jittered exponential
+ * backoff, mapping failures to errno (s3_error.c) with their log lines, and
+ * fetching one ListObjectsV2 page (s3_xml.c). s3_client.c is the only file
+ * that includes curl.h; nothing here exposes libcurl types.
+ *
+ * What a path means (keys, directories, listings, reads) is the store's
+ * business: see store_s3.c. Credentials are never logged.
+ */
+#ifndef CKPTFS_S3_CLIENT_H
+#define CKPTFS_S3_CLIENT_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "aws_config.h"
+#include "s3_xml.h"
+#include "sigv4.h"
+#include "store.h"
+
+#define S3_TRANSPORT_ERR_MAX 256 /* == CURL_ERROR_SIZE (checked in s3_client.c) */
+
+struct s3_client;
+
+/* How to reach the bucket. Strings are copied; the caller keeps its own. */
+struct s3_client_config {
+    const char *bucket;       /* bucket name, for addressing and logs */
+    const char *endpoint_url; /* "http(s)://host[:port][/path]" */
+    int force_path_style;     /* --force-path-style */
+    enum aws_addressing addressing;
+    const char *region;            /* region requests are signed for */
+    const char *access_key_id;     /* NULL: anonymous (unsigned) requests */
+    const char *secret_access_key; /* wiped when the client is destroyed */
+    const char *session_token;     /* or NULL */
+    int max_connections;           /* requests in flight at most (> 0) */
+    int connect_timeout_ms;
+    int request_timeout_ms; /* no progress for this long fails an attempt */
+    /* The store's counters: errors and retries are counted here, and
+     * list_requests by s3_client_list_page. Must outlive the client. */
+    struct store_counters *counters;
+};
+
+struct s3_response;
+
+/* One HTTP request, described before it is sent. */
+struct s3_request {
+    const char *what;   /* "HEAD", "GET", "LIST" for logs */
+    const char *method; /* "HEAD" or "GET" */
+    const char *key;    /* object key, or NULL for a bucket-level request */
+    const struct sigv4_pair *query;
+    size_t nquery;
+    const char *range;    /* Range header value or NULL */
+    const char *if_match; /* If-Match header value or NULL */
+    char *sink;           /* fixed body buffer (reads), or NULL for a growable one */
+    size_t sink_cap;
+    int max_retries;
+    int quiet;                     /* don't log the final failure (mount check reports it itself) */
+    atomic_uint_fast64_t *counter; /* bumped once per attempt */
+    /* Checks a 2xx answer: 0 ok, -EAGAIN retry, other negative: fail. */
+    int (*check)(const struct s3_request *rq, struct s3_response *rs);
+    const void *check_arg;
+};
+
+/* What came back. */
+struct s3_response {
+    long status;                              /* 0 = no HTTP answer */
+    int transport_rc;                         /* the transport's result code, 0 = ok */
+    char transport_err[S3_TRANSPORT_ERR_MAX]; /* its detailed message, or "" */
+    int64_t content_length;                   /* -1 if absent */
+    int has_range;                            /* Content-Range: bytes start-end/total */
+    uint64_t range_start, range_end, range_total;
+    char etag[STORE_ETAG_MAX];
+    int64_t last_modified;
+    char request_id[128];
+    char bucket_region[64];
+    char *body; /* 2xx body: the caller's sink, or malloc'ed */
+    size_t body_len, body_cap;
+    int body_fixed;
+    int overflow; /* more body than the sink holds */
+    int past_eof; /* 206 whose Content-Range starts at or past the object's end */
+    char *err_body;
+    size_t err_len;
+    struct s3_error_body err; /* parsed <Error>, if any */
+};
+
+/* One ListObjectsV2 request. */
+struct s3_list_query {
+    const char *prefix;
+    const char *token; /* continuation token or NULL */
+    int delimiter;     /* group by '/' */
+    int max_keys;      /* 0 = server default (1000) */
+    int max_retries;
+};
+
+/* Initialize the HTTP library once per process (thread-safe, idempotent).
+ * 0, or -EIO with a one-line reason in err. */
+int s3_client_global_init(char *err, size_t errlen);
+
+/* A client for cfg->bucket at cfg->endpoint_url. 0, or a negative errno:
+ * -EINVAL with a one-line reason in err (bad endpoint URL), -ENOMEM. */
+int s3_client_create(const struct s3_client_config *cfg, struct s3_client **out, char *err,
+                     size_t errlen);
+void s3_client_destroy(struct s3_client *c);
+
+/* The endpoint URL for messages, ending in '/'. */
+const char *s3_client_endpoint(const struct s3_client *c);
+/* 1 if requests use path-style addressing, 0 if virtual-hosted. */
+int s3_client_path_style(const struct s3_client *c);
+
+/* Send rq with retries. 0: rs holds an HTTP answer (check rs->status; free
+ * with s3_response_free). Negative errno: failed for good (logged unless
+ * rq->quiet, counted); rs still needs s3_response_free. */
+int s3_client_perform(struct s3_client *c, const struct s3_request *rq, struct s3_response *rs);
+
+/* An HTTP error answer that the caller does not expect: log (unless
+ * rq->quiet), count, and return its negative errno. */
+int s3_client_http_failure(struct s3_client *c, const struct s3_request *rq,
+                           const struct s3_response *rs);
+
+/* One ListObjectsV2 page into *page (free with s3_list_page_free). 0 or a
+ * negative errno (logged and counted); on failure *page is empty. */
+int s3_client_list_page(struct s3_client *c, const struct s3_list_query *lq,
+                        struct s3_list_page *page);
+
+/* Release what s3_client_perform left in rs. */
+void s3_response_free(struct s3_response *rs);
+
+/* The generic text for rs->transport_rc, e.g. "Couldn't connect to server". */
+const char *s3_response_transport_message(const struct s3_response *rs);
+
+#endif
