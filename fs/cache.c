@@ -17,6 +17,7 @@
 #include "cache.h"
 
 #include "log.h"
+#include "strutil.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -93,10 +94,7 @@ static uint64_t mix64(uint64_t x)
 
 static uint64_t hash_str(const char *s)
 {
-    uint64_t h = 1469598103934665603ULL;
-    while (*s)
-        h = (h ^ (unsigned char)*s++) * 1099511628211ULL;
-    return h;
+    return str_hash(s, strlen(s));
 }
 
 static size_t block_bucket(const struct cache *c, uint64_t obj_id, uint64_t idx)

@@ -13,6 +13,7 @@
 #include "ckpt_io_store.h"
 #include "idxdb.h"
 #include "log.h"
+#include "strutil.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -52,10 +53,7 @@ struct build_job {
 
 static size_t dir_bucket(const char *dir, size_t len)
 {
-    uint64_t h = 1469598103934665603ULL;
-    for (size_t i = 0; i < len; i++)
-        h = (h ^ (unsigned char)dir[i]) * 1099511628211ULL;
-    return h % CKINDEX_BUCKETS;
+    return str_hash(dir, len) % CKINDEX_BUCKETS;
 }
 
 static struct ckdir *dir_find_locked(struct ckindex *ci, const char *dir, size_t len)

@@ -16,6 +16,7 @@
 #include "ckindex.h"
 #include "log.h"
 #include "readahead.h"
+#include "strutil.h"
 #include "workq.h"
 
 #include <errno.h>
@@ -102,10 +103,7 @@ static const char *store_path(const char *path)
 
 static size_t meta_bucket(const char *path)
 {
-    uint64_t h = 1469598103934665603ULL;
-    for (const char *p = path; *p; p++)
-        h = (h ^ (unsigned char)*p) * 1099511628211ULL;
-    return h % META_BUCKETS;
+    return str_hash(path, strlen(path)) % META_BUCKETS;
 }
 
 static void meta_purge_locked(struct core *core, int everything)

@@ -12,6 +12,7 @@
  * Credentials (secret key, session token, Authorization) are never logged.
  */
 #include "s3_client.h"
+#include "strutil.h"
 
 #include "log.h"
 #include "s3_error.h"
@@ -68,18 +69,6 @@ struct s3_client {
 };
 
 /* ---- small helpers ------------------------------------------------------ */
-
-static char *str_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static char *str_printf(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    char *s = NULL;
-    if (vasprintf(&s, fmt, ap) < 0)
-        s = NULL;
-    va_end(ap);
-    return s;
-}
 
 /* Secret strings are wiped before they are freed. */
 static void free_secret(char *s)

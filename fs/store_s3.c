@@ -13,6 +13,7 @@
  * Credentials (secret key, session token, Authorization) are never logged.
  */
 #include "store.h"
+#include "strutil.h"
 
 #include "aws_config.h"
 #include "log.h"
@@ -48,18 +49,6 @@ struct s3_store {
 };
 
 /* ---- small helpers ------------------------------------------------------ */
-
-static char *str_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static char *str_printf(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    char *s = NULL;
-    if (vasprintf(&s, fmt, ap) < 0)
-        s = NULL;
-    va_end(ap);
-    return s;
-}
 
 /* The key of a store path: "PREFIX/path", "path", or PREFIX for the root. */
 static char *key_of(const struct s3_store *s, const char *path)

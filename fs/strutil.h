@@ -1,0 +1,16 @@
+/*
+ * fs/strutil.h - small string helpers shared by fs/ modules.
+ */
+#ifndef CKPTFS_STRUTIL_H
+#define CKPTFS_STRUTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* A malloc'd formatted string (caller frees), NULL when out of memory. */
+char *str_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* FNV-1a hash of the len bytes at s: the hash of every fs/ hash table. */
+uint64_t str_hash(const char *s, size_t len);
+
+#endif
