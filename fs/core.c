@@ -58,6 +58,12 @@ struct core {
     atomic_uint_fast64_t item_prefetches; /* items prefetched whole, guided by the index */
     atomic_uint_fast64_t opens;
     atomic_int open_files;
+
+    /* Every open handle, so that an unmount can release the ones whose
+     * RELEASE the kernel had not sent yet (a signal can end the loop between
+     * a close() and its asynchronous RELEASE). Protected by files_lock. */
+    pthread_mutex_t files_lock;
+    struct core_file *files;
 };
 
 struct core_file {
@@ -68,8 +74,9 @@ struct core_file {
     /* Index-guided prefetch, protected by ra_lock: the item last read and
      * how far items have been requested ahead of it. */
     uint64_t item_start, item_end, items_ahead_end;
-    unsigned item_streak; /* consecutive reads that moved to the next item */
-    uint64_t released_to; /* blocks before this were released behind the reader */
+    unsigned item_streak;          /* consecutive reads that moved to the next item */
+    uint64_t released_to;          /* blocks before this were released behind the reader */
+    struct core_file *prev, *next; /* core->files, protected by core->files_lock */
 };
 
 void core_config_defaults(struct core_config *cfg)
@@ -321,6 +328,12 @@ int core_open(struct core *core, const char *path, int flags, struct core_file *
     readahead_init(&f->ra, core->cfg.readahead_min, core->cfg.readahead_max);
     atomic_fetch_add(&core->opens, 1);
     atomic_fetch_add(&core->open_files, 1);
+    pthread_mutex_lock(&core->files_lock);
+    f->next = core->files;
+    if (f->next)
+        f->next->prev = f;
+    core->files = f;
+    pthread_mutex_unlock(&core->files_lock);
     *out = f;
     return 0;
 }
@@ -432,6 +445,14 @@ int core_read_direct(struct core *core, struct core_file *f, uint64_t off, size_
 
 void core_release(struct core *core, struct core_file *f)
 {
+    pthread_mutex_lock(&core->files_lock);
+    if (f->prev)
+        f->prev->next = f->next;
+    else
+        core->files = f->next;
+    if (f->next)
+        f->next->prev = f->prev;
+    pthread_mutex_unlock(&core->files_lock);
     if (f->fd >= 0)
         close(f->fd);
     cache_obj_put(core->cache, f->obj);
@@ -492,6 +513,7 @@ int core_create(struct store *store, const struct core_config *cfg, struct core 
     core->gid = getgid();
     core->started = now_seconds();
     pthread_mutex_init(&core->meta_lock, NULL);
+    pthread_mutex_init(&core->files_lock, NULL);
     core->meta = calloc(META_BUCKETS, sizeof *core->meta);
     int rc = core->meta ? workq_create(cfg->workers, &core->wq) : -ENOMEM;
     if (rc == 0) {
@@ -508,6 +530,8 @@ int core_create(struct store *store, const struct core_config *cfg, struct core 
     }
     if (rc < 0) {
         workq_destroy(core->wq);
+        pthread_mutex_destroy(&core->files_lock);
+        pthread_mutex_destroy(&core->meta_lock);
         free(core->meta);
         free(core);
         return rc;
@@ -523,6 +547,9 @@ void core_destroy(struct core *core)
     cache_cancel(core->cache);
     ckindex_cancel(core->index);
     workq_destroy(core->wq); /* waits for fetches and builds already under way */
+    while (core->files)      /* opened, but the loop ended before their RELEASE */
+        core_release(core, core->files);
+    pthread_mutex_destroy(&core->files_lock);
     cache_destroy(core->cache);
     ckindex_close(core->index);
     pthread_mutex_lock(&core->meta_lock);
