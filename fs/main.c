@@ -17,6 +17,7 @@
 #include <getopt.h>
 #include <limits.h>
 #include <malloc.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -453,6 +454,13 @@ int main(int argc, char **argv)
         goto out_fuse;
     }
     raise_kernel_readahead(o.mountpoint, o.max_readahead);
+    /* libfuse leaves a signal alone when it was ignored at start, and a shell
+     * starts background jobs (`ckptfs -f ... &` in a script) with SIGINT
+     * ignored: then `kill -INT` would not unmount. Every one of these signals
+     * means "unmount and exit" for ckptfs, however it was started. */
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    signal(SIGHUP, SIG_DFL);
     if (fuse_set_signal_handlers(fuse_get_session(fuse)) != 0)
         goto out_unmount;
     if (!o.foreground) {

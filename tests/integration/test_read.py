@@ -335,12 +335,23 @@ def test_stats_xattr_shape(store, mounter):
     assert "cache" in json.dumps(stats), f"no cache counters in {stats}"
 
 
-@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT", "SIGHUP", "SIGINT-ignored-at-start"])
 def test_signal_unmounts_cleanly(store, mounter, sig):
+    """Each signal unmounts and exits 0, also SIGINT when the daemon was started with
+    it ignored (as a shell starts `ckptfs -f ... &`), and also with the file's
+    RELEASE still on its way (the close just before the signal)."""
     store.put("f", b"data")
-    mnt = mounter(store)
+    signame = sig.split("-")[0]
+    if sig.endswith("ignored-at-start"):
+        old = signal.signal(signal.SIGINT, signal.SIG_IGN)  # inherited through exec
+        try:
+            mnt = mounter(store)
+        finally:
+            signal.signal(signal.SIGINT, old)
+    else:
+        mnt = mounter(store)
     assert open(mnt.p("f"), "rb").read() == b"data"
-    os.kill(mnt.proc.pid, getattr(signal, sig))
+    os.kill(mnt.proc.pid, getattr(signal, signame))
     try:
         rc = mnt.proc.wait(15 * harness.slow_factor())
     except subprocess.TimeoutExpired:
