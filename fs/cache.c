@@ -9,13 +9,15 @@
  *    (in the table, no data yet), READY (data valid, on the LRU list) or
  *    FAILED (out of the table; freed by its last waiter).
  *  - one fetch fills one contiguous buffer (struct cbuf) shared by the
- *    blocks of that run; the buffer is freed when its last block goes.
+ *    blocks of that run; the buffer goes back to the buffer pool
+ *    (bufpool.h) when its last block goes.
  * Waiters pin a block (pins > 0) and sleep on cache->cond, which is
  * broadcast whenever a fetch completes. Pinned blocks are never evicted.
  * I/O and copies happen with the lock dropped.
  */
 #include "cache.h"
 
+#include "bufpool.h"
 #include "log.h"
 #include "strutil.h"
 
@@ -25,12 +27,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 enum block_state { BLOCK_FETCHING, BLOCK_READY, BLOCK_FAILED };
 
 struct cbuf {
     unsigned refs; /* blocks still pointing into data; protected by cache->lock */
-    char data[];
+    size_t len;
+    char *data; /* from cache->pool */
 };
 
 struct cblock {
@@ -70,7 +74,8 @@ struct cache {
     uint64_t next_obj_id;
     struct cblock lru; /* sentinel: lru.lru_next is most recent */
     struct cache_stats st;
-    atomic_int stopping; /* set by cache_cancel: background fetches fail fast */
+    struct bufpool *pool; /* fetch buffers */
+    atomic_int stopping;  /* set by cache_cancel: background fetches fail fast */
 };
 
 struct fetch_job {
@@ -212,10 +217,33 @@ const char *cache_obj_path(const struct cache_obj *o)
 
 /* ---- blocks ---- */
 
+static struct cbuf *cbuf_new(struct cache *c, size_t len)
+{
+    struct cbuf *buf = malloc(sizeof *buf);
+    if (!buf)
+        return NULL;
+    buf->refs = 0;
+    buf->len = len;
+    buf->data = bufpool_get(c->pool, len);
+    if (!buf->data) {
+        free(buf);
+        return NULL;
+    }
+    return buf;
+}
+
+static void cbuf_free(struct cache *c, struct cbuf *buf)
+{
+    if (!buf)
+        return;
+    bufpool_put(c->pool, buf->data, buf->len);
+    free(buf);
+}
+
 static void block_free_locked(struct cache *c, struct cblock *b)
 {
     if (b->buf && --b->buf->refs == 0)
-        free(b->buf);
+        cbuf_free(c, b->buf);
     obj_unref_locked(c, b->obj);
     free(b);
 }
@@ -274,7 +302,7 @@ static int fetch_run(struct cache *c, struct cache_obj *o, uint64_t first, uint3
     uint64_t want = 0;
     for (uint32_t i = 0; i < n; i++)
         want += block_len(c, o, first + i);
-    struct cbuf *buf = malloc(sizeof *buf + want);
+    struct cbuf *buf = cbuf_new(c, want);
     size_t got = 0;
     int rc;
     if (!buf)
@@ -317,7 +345,7 @@ static int fetch_run(struct cache *c, struct cache_obj *o, uint64_t first, uint3
         pos += block_len(c, o, first + i);
     }
     if (rc < 0)
-        free(buf);
+        cbuf_free(c, buf);
     pthread_cond_broadcast(&c->cond);
     pthread_mutex_unlock(&c->lock);
     return rc;
@@ -502,6 +530,10 @@ void cache_get_stats(struct cache *c, struct cache_stats *out)
     *out = c->st;
     out->capacity = c->cfg.capacity;
     pthread_mutex_unlock(&c->lock);
+    struct bufpool_stats ps;
+    bufpool_get_stats(c->pool, &ps);
+    out->buffers_mapped = ps.maps;
+    out->buffers_reused = ps.reuses;
 }
 
 static size_t pow2_at_least(size_t n)
@@ -535,6 +567,21 @@ int cache_create(struct store *store, struct workq *wq, const struct cache_confi
         free(c);
         return -ENOMEM;
     }
+    /* Pool units are blocks (pages when blocks are smaller); spare buffers
+     * up to an eighth of the capacity, at most 128 MiB, at least one GET. */
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t unit = cfg->block_size % page == 0 ? cfg->block_size : page;
+    uint64_t spare = cfg->capacity / 8 < (128u << 20) ? cfg->capacity / 8 : (128u << 20);
+    if (spare < cfg->request_size)
+        spare = cfg->request_size;
+    int rc =
+        bufpool_create(unit, (unsigned)((cfg->request_size + unit - 1) / unit), spare, &c->pool);
+    if (rc < 0) {
+        free(c->blocks);
+        free(c->objs);
+        free(c);
+        return rc;
+    }
     c->lru.lru_next = c->lru.lru_prev = &c->lru;
     pthread_mutex_init(&c->lock, NULL);
     pthread_cond_init(&c->cond, NULL);
@@ -556,6 +603,7 @@ void cache_destroy(struct cache *c)
     pthread_mutex_unlock(&c->lock);
     pthread_cond_destroy(&c->cond);
     pthread_mutex_destroy(&c->lock);
+    bufpool_destroy(c->pool);
     free(c->blocks);
     free(c->objs);
     free(c);

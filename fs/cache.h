@@ -43,6 +43,8 @@ struct cache_stats {
     uint64_t fetch_errors;     /* fetches that failed */
     uint64_t bytes_cached;     /* current block bytes held */
     uint64_t capacity;
+    uint64_t buffers_mapped; /* fetch buffers mapped fresh (bufpool.h) */
+    uint64_t buffers_reused; /* fetch buffers taken from the pool again */
 };
 
 int cache_create(struct store *store, struct workq *wq, const struct cache_config *cfg,

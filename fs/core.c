@@ -477,7 +477,8 @@ int core_stats_json(struct core *core, char *buf, size_t len)
         "\"cache\": {\"hits\": %llu, \"misses\": %llu, \"shared\": %llu, \"prefetched\": %llu, "
         "\"prefetch_skipped\": %llu, \"evictions\": %llu, \"released\": %llu, \"fetch_errors\": "
         "%llu, "
-        "\"bytes_cached\": %llu, \"capacity\": %llu, \"block_size\": %u}, "
+        "\"bytes_cached\": %llu, \"capacity\": %llu, \"block_size\": %u, \"buffers_mapped\": "
+        "%llu, \"buffers_reused\": %llu}, "
         "\"index\": {\"enabled\": %s, \"ready\": %llu, \"built\": %llu, \"reused\": %llu, "
         "\"failed\": %llu, \"lookups\": %llu, \"item_prefetches\": %llu}}\n",
         core->store->ops->scheme, now_seconds() - core->started, atomic_load(&core->open_files),
@@ -492,10 +493,11 @@ int core_stats_json(struct core *core, char *buf, size_t len)
         (unsigned long long)cs.prefetched, (unsigned long long)cs.prefetch_skipped,
         (unsigned long long)cs.evictions, (unsigned long long)cs.released,
         (unsigned long long)cs.fetch_errors, (unsigned long long)cs.bytes_cached,
-        (unsigned long long)cs.capacity, core->cfg.block_size, core->index ? "true" : "false",
-        (unsigned long long)is.ready, (unsigned long long)is.built, (unsigned long long)is.reused,
-        (unsigned long long)is.failed, (unsigned long long)is.lookups,
-        (unsigned long long)atomic_load(&core->item_prefetches));
+        (unsigned long long)cs.capacity, core->cfg.block_size,
+        (unsigned long long)cs.buffers_mapped, (unsigned long long)cs.buffers_reused,
+        core->index ? "true" : "false", (unsigned long long)is.ready, (unsigned long long)is.built,
+        (unsigned long long)is.reused, (unsigned long long)is.failed,
+        (unsigned long long)is.lookups, (unsigned long long)atomic_load(&core->item_prefetches));
 }
 
 int core_create(struct store *store, const struct core_config *cfg, struct core **out)

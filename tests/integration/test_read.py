@@ -70,6 +70,23 @@ def test_100mib_cold_sequential_read_and_fetch_accounting(store, mounter):
     assert harness.stat_value(after, "errors") == 0
 
 
+def test_fetch_buffers_are_reused_across_files(s3server, mounter, request):
+    """Sequential reads hand their fetch buffers back (free-behind) and the next
+    file's GETs fill the same buffers instead of fresh, page-faulting memory."""
+    s3store = harness.S3Store(s3server, harness.unique_prefix(request.node.name))
+    files = {f"seq{i}.bin": harness.data(40 * MiB, seed=200 + i) for i in range(2)}
+    s3store.put_many(list(files.items()))
+    mnt = mounter(s3store)
+    for name, want in files.items():
+        assert harness.sha256_file(mnt.p(name))[0] == harness.sha256(want), name
+    stats = mnt.stats()
+    mapped = harness.stat_value(stats, "buffers_mapped")
+    reused = harness.stat_value(stats, "buffers_reused")
+    gets = harness.stat_value(stats, "get_requests")
+    assert mapped + reused == gets, stats  # one buffer per GET
+    assert reused >= 1, f"no fetch buffer reused over two 40 MiB files: {stats}"
+
+
 def test_random_preads_match_source(store, mounter):
     size = 24 * MiB + 4097
     want = harness.data(size, seed=5)
