@@ -13,17 +13,15 @@
 #include <unistd.h>
 
 #include "aws_config.h"
+#include "test_util.h"
 
 static char home[256];
 
 static void write_file(const char *name, const char *text)
 {
-    char path[512];
-    snprintf(path, sizeof path, "%s/.aws/%s", home, name);
-    FILE *f = fopen(path, "w");
-    cr_assert_not_null(f);
-    fputs(text, f);
-    fclose(f);
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/.aws", home);
+    write_text(dir, name, text);
 }
 
 static void clean_env(void)

@@ -2,6 +2,7 @@
  * attributes, listing, reads, the read-only refusal, and an unmount that
  * comes before the kernel's RELEASE of an open file (the core must free it). */
 #include "core.h"
+#include "test_util.h"
 
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -15,20 +16,10 @@ static char root[] = "/tmp/ckptfs-test-core-XXXXXX";
 static struct store *store;
 static struct core *core;
 
-static void put(const char *name, const char *data)
-{
-    char path[512];
-    snprintf(path, sizeof path, "%s/%s", root, name);
-    FILE *f = fopen(path, "wb");
-    cr_assert_not_null(f);
-    fputs(data, f);
-    fclose(f);
-}
-
 static void setup(void)
 {
     cr_assert_not_null(mkdtemp(root));
-    put("a", "hello core");
+    write_text(root, "a", "hello core");
     char err[256];
     cr_assert_eq(store_dir_open(root, &store, err, sizeof err), 0, "%s", err);
     struct core_config cfg;

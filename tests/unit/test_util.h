@@ -27,4 +27,15 @@ static inline char *slurp(const char *path, size_t *n)
     return b;
 }
 
+/* Write text to dir/name, replacing the file. Fails the test on error. */
+static inline void write_text(const char *dir, const char *name, const char *text)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f, "%s", path);
+    cr_assert_geq(fputs(text, f), 0, "%s", path);
+    cr_assert_eq(fclose(f), 0, "%s", path);
+}
+
 #endif
