@@ -76,7 +76,9 @@ def test_fetch_buffers_are_reused_across_files(s3server, mounter, request):
     s3store = harness.S3Store(s3server, harness.unique_prefix(request.node.name))
     files = {f"seq{i}.bin": harness.data(40 * MiB, seed=200 + i) for i in range(2)}
     s3store.put_many(list(files.items()))
-    mnt = mounter(s3store)
+    # A 64 MiB cache: the readahead window (at most a quarter of it) fills fast, so
+    # free-behind starts early, and the second file cannot fit beside the first.
+    mnt = mounter(s3store, "--cache-size", "64M")
     for name, want in files.items():
         assert harness.sha256_file(mnt.p(name))[0] == harness.sha256(want), name
     stats = mnt.stats()
