@@ -23,8 +23,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#define CKPTFS_VERSION "0.1.0"
-
 struct options {
     const char *store_url;
     const char *mountpoint;

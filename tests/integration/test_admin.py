@@ -16,6 +16,7 @@ Env:  CKPTFS_ADMIN    the binary (default build/tools/admin/ckptfs-admin)
 """
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -254,6 +255,15 @@ def test_usage_errors():
     run("ls", ok=(EX_USAGE,))
     run("ls", "/nonexistent/ckpt", ok=(EX_IO,))
     assert "exit codes" in run("--help").stdout
+
+
+def test_version_matches_the_mount_daemon():
+    import harness  # (as below: the harness is imported where a test needs it)
+    admin = run("--version").stdout.strip()
+    daemon = subprocess.run([harness.ckptfs_bin(), "--version"], capture_output=True, text=True)
+    assert daemon.returncode == 0, daemon
+    assert re.fullmatch(r"ckptfs-admin \d+\.\d+\.\d+", admin), admin
+    assert admin.split()[1] == daemon.stdout.split()[1], (admin, daemon.stdout)
 
 
 # ---------------------------------------------------------------------------

@@ -46,6 +46,7 @@ static void usage(FILE *f)
           "                          for s3:// URLs, as for the mount (credentials from\n"
           "                          AWS_* or ~/.aws, like the mount)\n"
           "  -h, --help              this text\n"
+          "  -V, --version           print the version\n"
           "\n"
           "exit codes:\n"
           "  0  success\n"
@@ -87,6 +88,10 @@ int main(int argc, char **argv)
             o.quiet = 1;
         } else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
             usage(stdout);
+            free(pos);
+            return EX_OK;
+        } else if (strcmp(a, "-V") == 0 || strcmp(a, "--version") == 0) {
+            printf("ckptfs-admin %s\n", CKPTFS_VERSION);
             free(pos);
             return EX_OK;
         } else if (takes_value(a) && i + 1 >= argc) {
