@@ -57,13 +57,13 @@ struct core {
     atomic_uint_fast64_t read_bytes;      /* bytes returned to readers */
     atomic_uint_fast64_t item_prefetches; /* items prefetched whole, guided by the index */
     atomic_uint_fast64_t opens;
-    atomic_int open_files;
 
     /* Every open handle, so that an unmount can release the ones whose
      * RELEASE the kernel had not sent yet (a signal can end the loop between
      * a close() and its asynchronous RELEASE). Protected by files_lock. */
     pthread_mutex_t files_lock;
     struct core_file *files;
+    int open_files; /* length of files */
 };
 
 struct core_file {
@@ -327,12 +327,12 @@ int core_open(struct core *core, const char *path, int flags, struct core_file *
     pthread_mutex_init(&f->ra_lock, NULL);
     readahead_init(&f->ra, core->cfg.readahead_min, core->cfg.readahead_max);
     atomic_fetch_add(&core->opens, 1);
-    atomic_fetch_add(&core->open_files, 1);
     pthread_mutex_lock(&core->files_lock);
     f->next = core->files;
     if (f->next)
         f->next->prev = f;
     core->files = f;
+    core->open_files++;
     pthread_mutex_unlock(&core->files_lock);
     *out = f;
     return 0;
@@ -452,19 +452,22 @@ void core_release(struct core *core, struct core_file *f)
         core->files = f->next;
     if (f->next)
         f->next->prev = f->prev;
+    core->open_files--;
     pthread_mutex_unlock(&core->files_lock);
     if (f->fd >= 0)
         close(f->fd);
     cache_obj_put(core->cache, f->obj);
     pthread_mutex_destroy(&f->ra_lock);
     free(f);
-    atomic_fetch_sub(&core->open_files, 1);
 }
 
 int core_stats_json(struct core *core, char *buf, size_t len)
 {
     struct cache_stats cs;
     cache_get_stats(core->cache, &cs);
+    pthread_mutex_lock(&core->files_lock);
+    int open_files = core->open_files;
+    pthread_mutex_unlock(&core->files_lock);
     struct ckindex_stats is = {0};
     if (core->index)
         ckindex_get_stats(core->index, &is);
@@ -481,7 +484,7 @@ int core_stats_json(struct core *core, char *buf, size_t len)
         "%llu, \"buffers_reused\": %llu}, "
         "\"index\": {\"enabled\": %s, \"ready\": %llu, \"built\": %llu, \"reused\": %llu, "
         "\"failed\": %llu, \"lookups\": %llu, \"item_prefetches\": %llu}}\n",
-        core->store->ops->scheme, now_seconds() - core->started, atomic_load(&core->open_files),
+        core->store->ops->scheme, now_seconds() - core->started, open_files,
         (unsigned long long)atomic_load(&core->opens),
         (unsigned long long)atomic_load(&core->read_bytes),
         (unsigned long long)atomic_load(&sc->get_requests),
