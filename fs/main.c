@@ -386,10 +386,10 @@ static int prepare_cache_dir(struct options *o, char *out, size_t outlen)
     return 0;
 }
 
-/* Fetch buffers are 1 to 16 MiB. By default glibc maps each one afresh and
- * unmaps it when freed, so every fetch pays a page fault per 4 KiB (a third
- * of the daemon's CPU in a streaming read). Serve them from the heap and
- * keep freed memory for reuse instead. */
+/* Fetch buffers have their own pool (bufpool.c); what is left on the heap
+ * per read is libfuse's 1 MiB reply buffer. glibc's default maps the first
+ * ones afresh (a page fault per 4 KiB) until its dynamic threshold catches
+ * up: serve them from the heap from the start and keep freed memory. */
 static void tune_allocator(void)
 {
     mallopt(M_MMAP_THRESHOLD, 32 << 20);
