@@ -52,14 +52,6 @@ static size_t units_for(const struct bufpool *p, size_t len)
     return (len + p->unit - 1) / p->unit;
 }
 
-static void unmap(struct bufpool *p, void *buf, size_t units)
-{
-    munmap(buf, units * p->unit);
-    pthread_mutex_lock(&p->lock);
-    p->st.unmaps++;
-    pthread_mutex_unlock(&p->lock);
-}
-
 void bufpool_destroy(struct bufpool *p)
 {
     if (!p)
@@ -113,19 +105,18 @@ void bufpool_put(struct bufpool *p, void *buf, size_t len)
     if (!buf)
         return;
     size_t units = units_for(p, len ? len : 1);
-    if (units <= p->max_units) {
-        pthread_mutex_lock(&p->lock);
-        if (p->st.spare_bytes + units * p->unit <= p->spare_max) {
-            struct spare *s = buf;
-            s->next = p->free_lists[units - 1];
-            p->free_lists[units - 1] = s;
-            p->st.spare_bytes += units * p->unit;
-            pthread_mutex_unlock(&p->lock);
-            return;
-        }
+    pthread_mutex_lock(&p->lock);
+    if (units <= p->max_units && p->st.spare_bytes + units * p->unit <= p->spare_max) {
+        struct spare *s = buf;
+        s->next = p->free_lists[units - 1];
+        p->free_lists[units - 1] = s;
+        p->st.spare_bytes += units * p->unit;
         pthread_mutex_unlock(&p->lock);
+        return;
     }
-    unmap(p, buf, units);
+    p->st.unmaps++;
+    pthread_mutex_unlock(&p->lock);
+    munmap(buf, units * p->unit);
 }
 
 void bufpool_get_stats(struct bufpool *p, struct bufpool_stats *out)
