@@ -1,5 +1,5 @@
 /*
- * fs/s3_xml.c - S3 XML responses (ListObjectsV2 pages, <Error> bodies)
+ * fs/s3/s3_xml.c - S3 XML responses (ListObjectsV2 pages, <Error> bodies)
  * parsed with libxml2.
  *
  * Safety: input size is bounded, documents carrying a DOCTYPE are refused

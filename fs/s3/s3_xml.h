@@ -1,5 +1,5 @@
 /*
- * fs/s3_xml.h - parse S3 XML responses with libxml2: ListObjectsV2 result
+ * fs/s3/s3_xml.h - parse S3 XML responses with libxml2: ListObjectsV2 result
  * pages and <Error> bodies.
  *
  * Input is bounded (S3_XML_MAX_BYTES); documents with a DTD are rejected;

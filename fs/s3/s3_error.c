@@ -1,5 +1,5 @@
 /*
- * fs/s3_error.c - the S3 error table: (HTTP status, S3 code) -> errno, retry
+ * fs/s3/s3_error.c - the S3 error table: (HTTP status, S3 code) -> errno, retry
  * policy and kind; transport failures -> the same; user-facing messages for
  * a failed mount check. Pure functions, no I/O.
  */

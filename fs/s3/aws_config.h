@@ -1,5 +1,5 @@
 /*
- * fs/aws_config.h - resolve S3 credentials, region and endpoint the way the
+ * fs/s3/aws_config.h - resolve S3 credentials, region and endpoint the way the
  * AWS CLI does: explicit options, then AWS_* environment variables, then the
  * shared files (~/.aws/credentials, ~/.aws/config).
  *

@@ -1,5 +1,5 @@
 /*
- * fs/s3_client.h - the S3 HTTP client engine under the S3 store.
+ * fs/s3/s3_client.h - the S3 HTTP client engine under the S3 store.
  *
  * Owns everything about talking HTTP(S) to one bucket: endpoint parsing and
  * addressing (path-style / virtual-hosted), a pool of keep-alive connections

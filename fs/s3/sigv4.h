@@ -1,5 +1,5 @@
 /*
- * fs/sigv4.h - AWS Signature Version 4 (header-based), done with OpenSSL.
+ * fs/s3/sigv4.h - AWS Signature Version 4 (header-based), done with OpenSSL.
  *
  * Pure functions: no I/O, no globals, no logging. The caller builds the list
  * of headers it will send (host, x-amz-date, x-amz-content-sha256, and

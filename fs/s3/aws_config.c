@@ -1,5 +1,5 @@
 /*
- * fs/aws_config.c - AWS configuration resolution: explicit options, AWS_*
+ * fs/s3/aws_config.c - AWS configuration resolution: explicit options, AWS_*
  * environment variables, shared credentials/config files (a small bounded
  * INI reader), and the redaction helper for logging credentials.
  *

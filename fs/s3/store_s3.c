@@ -1,5 +1,5 @@
 /*
- * fs/store_s3.c - the S3 store: stat/list/read of s3://BUCKET[/PREFIX] on top
+ * fs/s3/store_s3.c - the S3 store: stat/list/read of s3://BUCKET[/PREFIX] on top
  * of the S3 HTTP client engine (s3_client.c; this file does not see curl.h).
  *
  * Owns: what store paths mean on S3 (key = PREFIX/path, directories are

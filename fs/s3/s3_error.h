@@ -1,5 +1,5 @@
 /*
- * fs/s3_error.h - what an S3 failure means: errno, retryability, user message.
+ * fs/s3/s3_error.h - what an S3 failure means: errno, retryability, user message.
  *
  * One table maps (HTTP status, S3 error code) and transport failures to an
  * errno and a retry policy. s3_client.c classifies libcurl results into

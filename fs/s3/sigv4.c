@@ -1,5 +1,5 @@
 /*
- * fs/sigv4.c - AWS Signature Version 4 signing with OpenSSL (SHA-256, HMAC).
+ * fs/s3/sigv4.c - AWS Signature Version 4 signing with OpenSSL (SHA-256, HMAC).
  *
  * Owns: URI encoding, canonical query/headers/request, string to sign,
  * signing key derivation, and the Authorization header value. Pure: no I/O,

@@ -1,5 +1,5 @@
 /*
- * fs/s3_client.c - the S3 HTTP client engine (the only file that includes
+ * fs/s3/s3_client.c - the S3 HTTP client engine (the only file that includes
  * curl.h). See s3_client.h for the API.
  *
  * Owns: endpoint parsing and addressing (path-style / virtual-hosted), a
