@@ -10,6 +10,14 @@
  * Paths are relative to the store root, '/'-separated, with no leading or
  * trailing slash; "" is the root directory. All functions are thread-safe,
  * may block, and return 0 or a negative errno.
+ *
+ * Writing: an object appears on a store only complete. Small objects are
+ * written with put(); large ones with a multipart upload (mpu_*): parts are
+ * sent in any order and in parallel, and the object appears at
+ * mpu_complete(). The local-directory store implements the same calls with
+ * a temporary file in the target directory that is renamed into place, so
+ * both backends give the same semantics. Data to write always comes from a
+ * file descriptor (the staging file) and an offset in it.
  */
 #ifndef CKPTFS_STORE_H
 #define CKPTFS_STORE_H
@@ -19,6 +27,10 @@
 #include <stdint.h>
 
 #define STORE_ETAG_MAX 80
+#define STORE_UPLOAD_ID_MAX 1024    /* S3 upload ids are opaque; AWS's are ~130 bytes */
+#define STORE_MAX_PARTS 10000       /* S3: part numbers 1..10000 */
+#define STORE_MIN_PART (5ull << 20) /* S3: every part but the last is at least 5 MiB */
+#define STORE_MAX_PART (5ull << 30) /* S3: largest part, PUT or CopyObject: 5 GiB */
 
 struct store_stat {
     uint64_t size;             /* object size in bytes (0 for directories) */
@@ -40,7 +52,29 @@ struct store_counters {
     atomic_uint_fast64_t list_requests; /* list pages fetched */
     atomic_uint_fast64_t retries;       /* requests retried after a transient error */
     atomic_uint_fast64_t errors;        /* requests that failed for good */
+    /* Writes (one count per request sent, retries included, like the above). */
+    atomic_uint_fast64_t put_requests;         /* single-request object writes */
+    atomic_uint_fast64_t put_bytes;            /* body bytes of puts and parts that succeeded */
+    atomic_uint_fast64_t mpu_begin_requests;   /* CreateMultipartUpload */
+    atomic_uint_fast64_t part_requests;        /* UploadPart */
+    atomic_uint_fast64_t complete_requests;    /* CompleteMultipartUpload */
+    atomic_uint_fast64_t abort_requests;       /* AbortMultipartUpload */
+    atomic_uint_fast64_t upload_list_requests; /* ListMultipartUploads pages */
+    atomic_uint_fast64_t copy_requests;        /* CopyObject / UploadPartCopy */
+    atomic_uint_fast64_t delete_requests;      /* DeleteObject */
 };
+
+/* One part of a multipart upload, as the upload engine tracks it and as
+ * mpu_complete() lists it. Parts are numbered 1..STORE_MAX_PARTS and lie at
+ * offset..offset+length of the object (and of the staging file). */
+struct store_part {
+    uint32_t number;
+    uint64_t offset, length;
+    char etag[STORE_ETAG_MAX]; /* set by mpu_part() */
+};
+
+/* Called once per multipart upload in progress found by mpu_list(). */
+typedef int (*store_upload_fn)(void *arg, const char *upload_id);
 
 struct store;
 
@@ -69,6 +103,61 @@ struct store_ops {
      * without passing through the cache. The caller closes it. */
     int (*open_fd)(struct store *s, const char *path, const char *etag);
 
+    /* ---- writing ---- */
+
+    /* Write the object at path from the first len bytes of fd (read with
+     * pread; fd's file offset is not used) in one request, replacing any
+     * object there. The object appears whole or not at all. etag gets the
+     * new object's version tag (what stat() will report). */
+    int (*put)(struct store *s, const char *path, int fd, uint64_t len, char etag[STORE_ETAG_MAX]);
+
+    /* Start a multipart upload of path; upload_id gets its id (at most
+     * STORE_UPLOAD_ID_MAX bytes with the NUL). Nothing is visible at path
+     * until mpu_complete(). */
+    int (*mpu_begin)(struct store *s, const char *path, char upload_id[STORE_UPLOAD_ID_MAX]);
+
+    /* Upload part->length bytes of fd at part->offset as part number
+     * part->number (sending it again replaces it); sets part->etag. */
+    int (*mpu_part)(struct store *s, const char *path, const char *upload_id,
+                    struct store_part *part, int fd);
+
+    /* Make the object: parts[0..n) in ascending number order, contiguous from
+     * offset 0, together size bytes. Replaces any object at path. etag gets
+     * the new object's version tag. A completion whose answer was lost and
+     * that is retried is recognised (the object is there with this size):
+     * success, not an error. */
+    int (*mpu_complete)(struct store *s, const char *path, const char *upload_id,
+                        const struct store_part *parts, size_t n, uint64_t size,
+                        char etag[STORE_ETAG_MAX]);
+
+    /* Abandon an upload and free its parts. An upload that no longer exists
+     * is not an error. */
+    int (*mpu_abort)(struct store *s, const char *path, const char *upload_id);
+
+    /* Every multipart upload in progress for exactly path (for cleaning up
+     * after a crash): fn once per upload id; non-zero from fn stops. */
+    int (*mpu_list)(struct store *s, const char *path, store_upload_fn fn, void *arg);
+
+    /* Server-side copy of the object at from (size bytes; if etag is non-NULL
+     * and non-empty, only that version: else -ESTALE) to to, replacing any
+     * object there; the copy appears whole or not at all. etag_out gets the
+     * new object's version tag. */
+    int (*copy)(struct store *s, const char *from, const char *etag, uint64_t size, const char *to,
+                char etag_out[STORE_ETAG_MAX]);
+
+    /* Remove the object at path. -ENOENT if there is none. */
+    int (*remove)(struct store *s, const char *path);
+
+    /* Optional (NULL where directories exist only as key prefixes, as on
+     * S3): create / remove an (empty) directory. */
+    int (*mkdir)(struct store *s, const char *path);
+    int (*rmdir)(struct store *s, const char *path);
+
+    /* Optional (NULL if the store cannot): rename the object or directory at
+     * from to to atomically, replacing an object at to. Without it the
+     * core renames an object as copy() then remove(). */
+    int (*rename)(struct store *s, const char *from, const char *to);
+
     /* Release everything the store holds. */
     void (*destroy)(struct store *s);
 };
@@ -91,6 +180,7 @@ struct store_options {
     int connect_timeout_ms;   /* 0 = default (5000) */
     int request_timeout_ms;   /* no progress for this long fails a request, 0 = default (30000) */
     int max_retries;          /* 0 = default (5); -1 = no retries */
+    int unsigned_payload;     /* S3: send UNSIGNED-PAYLOAD instead of the body's SHA-256 */
 };
 
 /* Open the store named by url: "s3://bucket[/prefix]" or a local directory
