@@ -1,7 +1,8 @@
 /* tests/unit/test_cache.c - block cache: exact bytes, hits, shared fetches,
- * eviction bounds, background prefetch and error propagation, against an
- * in-memory store that counts and can delay or fail reads. */
+ * eviction bounds, background prefetch and error propagation, against the
+ * in-memory test store (mem_store.h), with its reads delayed or failed. */
 #include "cache.h"
+#include "mem_store.h"
 #include "workq.h"
 
 #include <criterion/criterion.h>
@@ -14,60 +15,41 @@
 #define KiB 1024u
 #define OBJ_SIZE (10 * 64 * KiB + 123) /* ten 64 KiB blocks and a short one */
 
-struct mem_store {
-    struct store base;
-    unsigned char *data;
-    size_t size;
-    atomic_int fail_with; /* negative errno to return, 0 = succeed */
-    atomic_int delay_ms;
-    atomic_int max_len_seen;
-};
-
 static unsigned char byte_at(size_t i)
 {
     return (unsigned char)((i * 2654435761u) >> 13);
 }
 
-static int mem_read(struct store *s, const char *path, const char *etag, uint64_t off, size_t len,
-                    void *buf, size_t *nread)
-{
-    struct mem_store *m = (struct mem_store *)s;
-    (void)path;
-    (void)etag;
-    atomic_fetch_add(&s->counters.get_requests, 1);
-    if (atomic_load(&m->delay_ms))
-        usleep(1000 * atomic_load(&m->delay_ms));
-    if (atomic_load(&m->fail_with))
-        return atomic_load(&m->fail_with);
-    if ((int)len > atomic_load(&m->max_len_seen))
-        atomic_store(&m->max_len_seen, (int)len);
-    size_t n = off >= m->size ? 0 : (m->size - off < len ? m->size - off : len);
-    memcpy(buf, m->data + off, n);
-    *nread = n;
-    atomic_fetch_add(&s->counters.get_bytes, n);
-    return 0;
-}
-
-static const struct store_ops mem_ops = {.scheme = "mem", .read = mem_read};
-
-static struct mem_store store;
+static struct mem_store *store;
+static char etag[STORE_ETAG_MAX]; /* the object's version in the store */
+static atomic_int max_len_seen;   /* longest read the cache asked for */
 static struct workq *wq;
 static struct cache *cache;
 static struct cache_obj *obj;
 
+static void note_read_len(void *arg, const struct mem_call *c)
+{
+    (void)arg;
+    if (c->op == MEM_OP_READ && (int)c->len > atomic_load(&max_len_seen))
+        atomic_store(&max_len_seen, (int)c->len);
+}
+
 static void setup_with(uint64_t capacity)
 {
-    memset(&store, 0, sizeof store);
-    store.base.ops = &mem_ops;
-    store.size = OBJ_SIZE;
-    store.data = malloc(OBJ_SIZE);
+    store = mem_store_new();
+    unsigned char *data = malloc(OBJ_SIZE);
+    cr_assert_not_null(data);
     for (size_t i = 0; i < OBJ_SIZE; i++)
-        store.data[i] = byte_at(i);
+        data[i] = byte_at(i);
+    cr_assert_eq(mem_store_set(store, "obj", data, OBJ_SIZE, etag), 0);
+    free(data);
+    atomic_store(&max_len_seen, 0);
+    mem_store_set_hook(store, note_read_len, NULL);
     cr_assert_eq(workq_create(4, &wq), 0);
     struct cache_config cfg = {
         .capacity = capacity, .block_size = 64 * KiB, .request_size = 256 * KiB};
-    cr_assert_eq(cache_create(&store.base, wq, &cfg, &cache), 0);
-    obj = cache_obj_get(cache, "obj", "etag1", OBJ_SIZE, NULL);
+    cr_assert_eq(cache_create(mem_store_base(store), wq, &cfg, &cache), 0);
+    obj = cache_obj_get(cache, "obj", etag, OBJ_SIZE, NULL);
     cr_assert_not_null(obj);
 }
 
@@ -81,12 +63,12 @@ static void teardown(void)
     cache_obj_put(cache, obj);
     workq_destroy(wq);
     cache_destroy(cache);
-    free(store.data);
+    mem_store_free(store);
 }
 
 static uint64_t requests(void)
 {
-    return atomic_load(&store.base.counters.get_requests);
+    return atomic_load(&mem_store_base(store)->counters.get_requests);
 }
 
 static void check_range(uint64_t off, size_t len)
@@ -152,7 +134,7 @@ static void *reader_thread(void *arg)
 
 Test(cache, concurrent_readers_share_one_fetch, .init = setup, .fini = teardown)
 {
-    atomic_store(&store.delay_ms, 100);
+    mem_store_delay(store, MEM_OP_READ, 100 * 1000);
     pthread_t t[8];
     for (int i = 0; i < 8; i++)
         pthread_create(&t[i], NULL, reader_thread, NULL);
@@ -188,7 +170,7 @@ Test(cache, prefetch_fetches_ahead_in_request_sized_gets, .init = setup, .fini =
     wait_prefetch_idle();
     cr_assert_eq(requests(), 3, "11 blocks in 4-block requests = 3 GETs, got %llu",
                  (unsigned long long)requests());
-    cr_assert_eq(atomic_load(&store.max_len_seen), 256 * KiB);
+    cr_assert_eq(atomic_load(&max_len_seen), 256 * KiB);
     uint64_t before = requests();
     check_range(0, OBJ_SIZE);
     cr_assert_eq(requests(), before, "prefetched data was fetched again");
@@ -210,12 +192,12 @@ Test(cache, prefetch_respects_capacity)
 
 Test(cache, store_error_reaches_reader_and_is_not_cached, .init = setup, .fini = teardown)
 {
-    atomic_store(&store.fail_with, -EIO);
+    mem_store_fail(store, MEM_OP_READ, -EIO, -1);
     char buf[16];
     cr_assert_eq(cache_read(cache, obj, 0, sizeof buf, buf), -EIO);
-    atomic_store(&store.fail_with, -ESTALE);
+    mem_store_fail(store, MEM_OP_READ, -ESTALE, -1);
     cr_assert_eq(cache_read(cache, obj, 0, sizeof buf, buf), -ESTALE);
-    atomic_store(&store.fail_with, 0);
+    mem_store_fail(store, MEM_OP_READ, 0, 0);
     check_range(0, sizeof buf);
     struct cache_stats st;
     cache_get_stats(cache, &st);
@@ -225,17 +207,17 @@ Test(cache, store_error_reaches_reader_and_is_not_cached, .init = setup, .fini =
 
 Test(cache, failed_prefetch_lets_reader_retry, .init = setup, .fini = teardown)
 {
-    atomic_store(&store.fail_with, -EIO);
+    mem_store_fail(store, MEM_OP_READ, -EIO, -1);
     cache_prefetch(cache, obj, 0, 256 * KiB);
     wait_prefetch_idle();
-    atomic_store(&store.fail_with, 0);
+    mem_store_fail(store, MEM_OP_READ, 0, 0);
     check_range(0, 256 * KiB);
 }
 
 Test(cache, objects_are_shared_by_version, .init = setup, .fini = teardown)
 {
     int was;
-    struct cache_obj *same = cache_obj_get(cache, "obj", "etag1", OBJ_SIZE, &was);
+    struct cache_obj *same = cache_obj_get(cache, "obj", etag, OBJ_SIZE, &was);
     cr_assert_eq(same, obj);
     cr_assert_eq(was, 1);
     struct cache_obj *other = cache_obj_get(cache, "obj", "etag2", OBJ_SIZE, &was);
