@@ -4,11 +4,15 @@
  *
  * Owns: endpoint parsing and addressing (path-style / virtual-hosted), a
  * pool of CURL easy handles (keep-alive connections, bounded parallelism)
- * sharing DNS and TLS sessions, request signing via sigv4.c, sending and
- * capturing the response (headers, a bounded error body, the body into the
- * caller's buffer or a growable one), judging each attempt, retries with
- * jittered exponential backoff, mapping failures to errno via s3_error.c
- * with their log lines, and fetching one ListObjectsV2 page via s3_xml.c.
+ * sharing DNS and TLS sessions, request signing via sigv4.c (with the
+ * body's SHA-256, computed once per request, or UNSIGNED-PAYLOAD), sending
+ * any method with a body from memory or streamed from a file descriptor
+ * range (pread; rewound for each retry), capturing the response (headers, a
+ * bounded error body, the body into the caller's buffer or a growable one),
+ * judging each attempt (including an <Error> document inside a 200 answer),
+ * retries with jittered exponential backoff, mapping failures to errno via
+ * s3_error.c with their log lines, and fetching one ListObjectsV2 page via
+ * s3_xml.c.
  * Credentials (secret key, session token, Authorization) are never logged.
  */
 #include "s3_client.h"
@@ -23,6 +27,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <openssl/crypto.h>
+#include <openssl/evp.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -32,6 +37,7 @@
 #include <string.h>
 #include <strings.h>
 #include <time.h>
+#include <unistd.h>
 
 #define S3_BACKOFF_BASE_MS 100
 #define S3_BACKOFF_CAP_MS 5000
@@ -39,6 +45,8 @@
 #define S3_RECV_BUFFER (256 * 1024)
 #define S3_MIN_RATE (64 * 1024) /* bytes/s assumed by the hard timeout */
 #define S3_USER_AGENT "ckptfs/0.1"
+#define S3_HASH_CHUNK (1u << 20) /* bytes read at a time to hash a file body */
+#define S3_MAX_HEADERS 16        /* signed headers of one request */
 
 _Static_assert(S3_TRANSPORT_ERR_MAX == CURL_ERROR_SIZE, "transport_err must hold a curl error");
 
@@ -56,6 +64,7 @@ struct s3_client {
     char *session_token;
     int path_style;
     int max_connections, connect_timeout_ms, request_timeout_ms;
+    int unsigned_payload;            /* bodies are signed as UNSIGNED-PAYLOAD */
     struct store_counters *counters; /* the store's: errors, retries, list_requests */
     atomic_int reached;              /* the endpoint has given an HTTP answer at least once */
 
@@ -331,6 +340,111 @@ void s3_response_free(struct s3_response *rs)
     rs->body = rs->err_body = NULL;
 }
 
+/* ---- request bodies ----------------------------------------------------- */
+
+/* The body of one attempt: where curl is in it. */
+struct body_reader {
+    const struct s3_body *b;
+    uint64_t pos;
+    int err; /* positive errno when reading the file failed */
+};
+
+/* pread exactly n bytes at off (retrying EINTR and short reads): 0, or a
+ * positive errno (EIO when the file ends early). */
+static int pread_full(int fd, void *buf, size_t n, uint64_t off)
+{
+    char *p = buf;
+    while (n) {
+        ssize_t got = pread(fd, p, n, (off_t)off);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0)
+            return errno;
+        if (got == 0)
+            return EIO;
+        p += got;
+        n -= (size_t)got;
+        off += (uint64_t)got;
+    }
+    return 0;
+}
+
+static size_t on_read(char *buf, size_t size, size_t n, void *arg)
+{
+    struct body_reader *r = arg;
+    uint64_t left = r->b->len - r->pos;
+    size_t want = size * n < left ? size * n : (size_t)left;
+    if (want == 0)
+        return 0;
+    if (r->b->kind == S3_BODY_MEM) {
+        memcpy(buf, (const char *)r->b->data + r->pos, want);
+    } else {
+        int e = pread_full(r->b->fd, buf, want, r->b->offset + r->pos);
+        if (e) {
+            r->err = e;
+            return CURL_READFUNC_ABORT;
+        }
+    }
+    r->pos += want;
+    return want;
+}
+
+/* curl rewinds the body this way when it must send it again (e.g. on a
+ * redirect or auth retry on the same attempt). */
+static int on_seek(void *arg, curl_off_t off, int origin)
+{
+    struct body_reader *r = arg;
+    if (origin != SEEK_SET || off < 0 || (uint64_t)off > r->b->len)
+        return CURL_SEEKFUNC_FAIL;
+    r->pos = (uint64_t)off;
+    return CURL_SEEKFUNC_OK;
+}
+
+/* Hex SHA-256 of a file body, read once: 0 or a positive errno. */
+static int sha256_fd_hex(const struct s3_body *b, char out[65])
+{
+    unsigned char *buf = malloc(S3_HASH_CHUNK);
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+    int e = buf && ctx && EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) == 1 ? 0 : ENOMEM;
+    for (uint64_t done = 0; e == 0 && done < b->len;) {
+        size_t n = b->len - done < S3_HASH_CHUNK ? (size_t)(b->len - done) : S3_HASH_CHUNK;
+        e = pread_full(b->fd, buf, n, b->offset + done);
+        if (e == 0 && EVP_DigestUpdate(ctx, buf, n) != 1)
+            e = EIO;
+        done += n;
+    }
+    unsigned char md[32];
+    unsigned int mdlen = 0;
+    if (e == 0 && (EVP_DigestFinal_ex(ctx, md, &mdlen) != 1 || mdlen != sizeof md))
+        e = EIO;
+    for (unsigned i = 0; e == 0 && i < sizeof md; i++)
+        snprintf(out + 2 * i, 3, "%02x", md[i]);
+    EVP_MD_CTX_free(ctx);
+    free(buf);
+    return e;
+}
+
+/* The x-amz-content-sha256 value for rq: the empty-body hash without a body,
+ * UNSIGNED-PAYLOAD when the client says so (unless rq->sign_payload), else
+ * the body's SHA-256. 0, or a positive errno (the file could not be read). */
+static int payload_hash(const struct s3_client *s, const struct s3_request *rq, char out[65])
+{
+    const struct s3_body *b = &rq->body;
+    if (b->kind == S3_BODY_NONE || b->len == 0) {
+        snprintf(out, 65, "%s", SIGV4_EMPTY_SHA256);
+        return 0;
+    }
+    if (s->unsigned_payload && !rq->sign_payload) {
+        snprintf(out, 65, "%s", SIGV4_UNSIGNED_PAYLOAD);
+        return 0;
+    }
+    if (b->kind == S3_BODY_MEM) {
+        sigv4_sha256_hex(b->data, (size_t)b->len, out);
+        return 0;
+    }
+    return sha256_fd_hex(b, out);
+}
+
 /* ---- building and sending one request ----------------------------------- */
 
 /* Raw (unencoded) path: path_base + "/" + key, or the bucket itself. */
@@ -355,16 +469,29 @@ static int add_header(struct curl_slist **list, const char *name, const char *va
     return 0;
 }
 
-/* Signed headers for rq (and Authorization unless anonymous) into *list. */
+/* A header line as is ("Name:" with no value removes curl's own). */
+static int add_raw_header(struct curl_slist **list, const char *line)
+{
+    struct curl_slist *n = curl_slist_append(*list, line);
+    if (!n)
+        return -ENOMEM;
+    *list = n;
+    return 0;
+}
+
+/* Signed headers for rq (and Authorization unless anonymous) into *list;
+ * payload is the x-amz-content-sha256 value. */
 static int sign_headers(const struct s3_client *s, const struct s3_request *rq, const char *path,
-                        struct curl_slist **list)
+                        const char *payload, struct curl_slist **list)
 {
     char date[17];
     sigv4_amz_date(time(NULL), date);
-    struct sigv4_pair h[6];
+    struct sigv4_pair h[S3_MAX_HEADERS];
     size_t nh = 0;
+    if (rq->nheaders > S3_MAX_HEADERS - 6)
+        return -EINVAL;
     h[nh++] = (struct sigv4_pair){"Host", s->host_header};
-    h[nh++] = (struct sigv4_pair){"x-amz-content-sha256", SIGV4_EMPTY_SHA256};
+    h[nh++] = (struct sigv4_pair){"x-amz-content-sha256", payload};
     h[nh++] = (struct sigv4_pair){"x-amz-date", date};
     if (s->session_token)
         h[nh++] = (struct sigv4_pair){"x-amz-security-token", s->session_token};
@@ -372,12 +499,14 @@ static int sign_headers(const struct s3_client *s, const struct s3_request *rq, 
         h[nh++] = (struct sigv4_pair){"Range", rq->range};
     if (rq->if_match)
         h[nh++] = (struct sigv4_pair){"If-Match", rq->if_match};
+    for (size_t i = 0; i < rq->nheaders; i++)
+        h[nh++] = rq->headers[i];
     for (size_t i = 0; i < nh; i++)
         if (add_header(list, h[i].name, h[i].value) < 0)
             return -ENOMEM;
     if (!s->access_key_id)
         return 0;
-    struct sigv4_request req = {rq->method, path, rq->query, rq->nquery, h, nh, SIGV4_EMPTY_SHA256};
+    struct sigv4_request req = {rq->method, path, rq->query, rq->nquery, h, nh, payload};
     struct sigv4_credentials cred = {s->access_key_id, s->secret_access_key, s->session_token};
     char *auth = sigv4_authorization(&req, &cred, date, s->region, "s3");
     int rc = auth ? add_header(list, "Authorization", auth) : -ENOMEM;
@@ -401,21 +530,53 @@ static char *request_url(const struct s3_client *s, const struct s3_request *rq,
     return url;
 }
 
-/* Send rq once on handle h; the outcome is in rs (transport_rc, status, body). */
-static void send_once(const struct s3_client *s, CURL *h, const struct s3_request *rq,
-                      struct s3_response *rs, long timeout_ms)
+/* PUT and POST send a body (possibly empty); the others none. */
+static int has_body(const struct s3_request *rq)
 {
+    return strcmp(rq->method, "PUT") == 0 || strcmp(rq->method, "POST") == 0;
+}
+
+/* The method and body of rq on handle h (whose options persist between
+ * requests: every one of these is set each time). */
+static void set_method(CURL *h, const struct s3_request *rq, struct body_reader *br)
+{
+    curl_easy_setopt(h, CURLOPT_HTTPGET, 1L); /* resets upload and nobody */
+    curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, NULL);
+    curl_easy_setopt(h, CURLOPT_NOBODY, strcmp(rq->method, "HEAD") == 0 ? 1L : 0L);
+    if (has_body(rq)) {
+        /* an upload is a PUT to curl; POST is the same with another name */
+        curl_easy_setopt(h, CURLOPT_UPLOAD, 1L);
+        curl_easy_setopt(h, CURLOPT_INFILESIZE_LARGE, (curl_off_t)br->b->len);
+        curl_easy_setopt(h, CURLOPT_READFUNCTION, on_read);
+        curl_easy_setopt(h, CURLOPT_READDATA, br);
+        curl_easy_setopt(h, CURLOPT_SEEKFUNCTION, on_seek);
+        curl_easy_setopt(h, CURLOPT_SEEKDATA, br);
+    }
+    if (strcmp(rq->method, "GET") != 0 && strcmp(rq->method, "HEAD") != 0 &&
+        strcmp(rq->method, "PUT") != 0)
+        curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, rq->method);
+}
+
+/* Send rq once on handle h; the outcome is in rs (transport_rc, status, body).
+ * payload is the body's x-amz-content-sha256 value. */
+static void send_once(const struct s3_client *s, CURL *h, const struct s3_request *rq,
+                      const char *payload, struct s3_response *rs, long timeout_ms)
+{
+    static const struct s3_body no_body = {.kind = S3_BODY_NONE};
+    struct body_reader br = {.b = rq->body.kind == S3_BODY_NONE ? &no_body : &rq->body};
     struct curl_slist *headers = NULL;
     char *path = request_path(s, rq->key);
     char *url = path ? request_url(s, rq, path) : NULL;
-    if (!url || sign_headers(s, rq, path, &headers) < 0) {
+    /* No "Expect: 100-continue" (curl's default for large uploads): it costs
+     * a round trip per part, or a 1 s stall with servers that ignore it. */
+    if (!url || sign_headers(s, rq, path, payload, &headers) < 0 ||
+        (has_body(rq) && add_raw_header(&headers, "Expect:") < 0)) {
         rs->transport_rc = CURLE_OUT_OF_MEMORY;
         snprintf(rs->transport_err, sizeof rs->transport_err, "out of memory");
     } else {
         curl_easy_setopt(h, CURLOPT_URL, url);
         curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
-        curl_easy_setopt(h, CURLOPT_HTTPGET, 1L);
-        curl_easy_setopt(h, CURLOPT_NOBODY, strcmp(rq->method, "HEAD") == 0 ? 1L : 0L);
+        set_method(h, rq, &br);
         curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
         curl_easy_setopt(h, CURLOPT_HEADERDATA, rs);
         curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
@@ -423,8 +584,11 @@ static void send_once(const struct s3_client *s, CURL *h, const struct s3_reques
         curl_easy_setopt(h, CURLOPT_ERRORBUFFER, rs->transport_err);
         curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, timeout_ms);
         rs->transport_rc = (int)curl_easy_perform(h);
+        rs->body_errno = br.err;
         curl_easy_setopt(h, CURLOPT_HTTPHEADER, NULL);
         curl_easy_setopt(h, CURLOPT_ERRORBUFFER, NULL);
+        curl_easy_setopt(h, CURLOPT_READDATA, NULL);
+        curl_easy_setopt(h, CURLOPT_SEEKDATA, NULL);
     }
     curl_slist_free_all(headers);
     free(url);
@@ -480,6 +644,18 @@ static int judge(struct s3_client *s, const struct s3_request *rq, struct s3_res
         atomic_store(&s->reached, 1);
     if (rs->past_eof)
         return 0;
+    if (rs->body_errno) {
+        snprintf(reason, rlen, "cannot read the body to send: %s", strerror(rs->body_errno));
+        return -EIO;
+    }
+    if (rs->transport_rc == CURLE_OK && rs->status >= 200 && rs->status <= 299 &&
+        rq->error_in_200) {
+        long st = s3_client_embedded_error(rs->body, rs->body_len, &rs->err);
+        if (st) {
+            rs->status = st;
+            rs->embedded_error = 1;
+        }
+    }
     if (rs->transport_rc != CURLE_OK) {
         if (rs->overflow) {
             snprintf(reason, rlen, "response body larger than requested");
@@ -509,8 +685,22 @@ static int judge(struct s3_client *s, const struct s3_request *rq, struct s3_res
         s3_xml_parse_error(rs->err_body, rs->err_len, &rs->err);
     struct s3_error_class c = s3_error_classify(rs->status, rs->err.code);
     *retry = retry_allowed(s, c.retry);
-    snprintf(reason, rlen, "HTTP %ld %s", rs->status, rs->err.code[0] ? rs->err.code : "");
+    snprintf(reason, rlen, "HTTP %s%ld %s", rs->embedded_error ? "200 with <Error> as " : "",
+             rs->status, rs->err.code[0] ? rs->err.code : "");
     return 0;
+}
+
+long s3_client_embedded_error(const char *body, size_t len, struct s3_error_body *err)
+{
+    memset(err, 0, sizeof *err);
+    if (!body || !len || !memmem(body, len, "<Error", 6))
+        return 0;
+    if (s3_xml_parse_error(body, len, err) < 0) {
+        memset(err, 0, sizeof *err);
+        return 0;
+    }
+    long st = s3_error_status_of(err->code);
+    return st ? st : 500;
 }
 
 static const char *request_id(const struct s3_response *rs)
@@ -537,8 +727,9 @@ int s3_client_http_failure(struct s3_client *s, const struct s3_request *rq,
     struct s3_error_class c = s3_error_classify(rs->status, rs->err.code);
     atomic_fetch_add(&s->counters->errors, 1);
     if (!rq->quiet)
-        log_warn("s3: %s s3://%s/%s: HTTP %ld %s: %s (request id %s)", rq->what, s->bucket,
-                 rq->key ? rq->key : "", rs->status, rs->err.code[0] ? rs->err.code : "-",
+        log_warn("s3: %s s3://%s/%s: HTTP %s%ld %s: %s (request id %s)", rq->what, s->bucket,
+                 rq->key ? rq->key : "", rs->embedded_error ? "200 with <Error> as " : "",
+                 rs->status, rs->err.code[0] ? rs->err.code : "-",
                  rs->err.message[0] ? rs->err.message : "no message", request_id(rs));
     return -c.final_err;
 }
@@ -554,17 +745,30 @@ static long hard_timeout_ms(const struct s3_client *s, size_t bytes)
 int s3_client_perform(struct s3_client *s, const struct s3_request *rq, struct s3_response *rs)
 {
     response_init(rs, rq);
-    long timeout = hard_timeout_ms(s, rq->sink ? rq->sink_cap : 0);
+    uint64_t body_len = rq->body.kind == S3_BODY_NONE ? 0 : rq->body.len;
+    if (rq->body.kind != S3_BODY_NONE && !has_body(rq))
+        return -EINVAL;
+    size_t sink = rq->sink ? rq->sink_cap : 0;
+    long timeout = hard_timeout_ms(s, body_len > sink ? (size_t)body_len : sink);
+    char payload[65];
+    int e = payload_hash(s, rq, payload); /* once, not per attempt */
+    if (e) {
+        atomic_fetch_add(&s->counters->errors, 1);
+        log_error("s3: %s s3://%s/%s: cannot read the body to hash it: %s", rq->what, s->bucket,
+                  rq->key ? rq->key : "", strerror(e));
+        return e == ENOMEM ? -ENOMEM : -EIO;
+    }
     for (int attempt = 0;; attempt++) {
         if (attempt)
             response_rewind(rs);
+        rs->attempts = attempt + 1;
         CURL *h = pool_acquire(s);
         if (!h)
             return -ENOMEM;
         if (rq->counter)
             atomic_fetch_add(rq->counter, 1);
         int64_t started = now_ms();
-        send_once(s, h, rq, rs, timeout);
+        send_once(s, h, rq, payload, rs, timeout);
         pool_release(s, h);
         int retry;
         char reason[CURL_ERROR_SIZE + 64];
@@ -783,6 +987,7 @@ int s3_client_create(const struct s3_client_config *cfg, struct s3_client **out,
     s->max_connections = cfg->max_connections;
     s->connect_timeout_ms = cfg->connect_timeout_ms;
     s->request_timeout_ms = cfg->request_timeout_ms;
+    s->unsigned_payload = cfg->unsigned_payload;
     s->counters = cfg->counters;
     int rc = 0;
     if (copy_opt(&s->bucket, cfg->bucket) < 0 || copy_opt(&s->region, cfg->region) < 0 ||

@@ -3,14 +3,18 @@
  *
  * Owns everything about talking HTTP(S) to one bucket: endpoint parsing and
  * addressing (path-style / virtual-hosted), a pool of keep-alive connections
- * (bounded parallelism), SigV4 signing (sigv4.c), sending, capturing headers
- * and body, judging each attempt and retrying with jittered exponential
- * backoff, mapping failures to errno (s3_error.c) with their log lines, and
- * fetching one ListObjectsV2 page (s3_xml.c). s3_client.c is the only file
- * that includes curl.h; nothing here exposes libcurl types.
+ * (bounded parallelism), SigV4 signing (sigv4.c) including the payload hash
+ * of request bodies, sending any method with a body from memory or streamed
+ * from a file descriptor range, capturing headers and body, judging each
+ * attempt (also an <Error> document inside a 200 answer) and retrying with
+ * jittered exponential backoff, mapping failures to errno (s3_error.c) with
+ * their log lines, and fetching one ListObjectsV2 page (s3_xml.c).
+ * s3_client.c is the only file that includes curl.h; nothing here exposes
+ * libcurl types.
  *
- * What a path means (keys, directories, listings, reads) is the store's
- * business: see store_s3.c. Credentials are never logged.
+ * What a path means (keys, directories, listings, reads, writes) is the
+ * store's business: see store_s3.c and store_s3_write.c. Credentials are
+ * never logged.
  */
 #ifndef CKPTFS_S3_CLIENT_H
 #define CKPTFS_S3_CLIENT_H
@@ -41,6 +45,7 @@ struct s3_client_config {
     int max_connections;           /* requests in flight at most (> 0) */
     int connect_timeout_ms;
     int request_timeout_ms; /* no progress for this long fails an attempt */
+    int unsigned_payload;   /* sign bodies as UNSIGNED-PAYLOAD, not their SHA-256 */
     /* The store's counters: errors and retries are counted here, and
      * list_requests by s3_client_list_page. Must outlive the client. */
     struct store_counters *counters;
@@ -48,16 +53,41 @@ struct s3_client_config {
 
 struct s3_response;
 
+/* Where a request body comes from. */
+enum s3_body_kind {
+    S3_BODY_NONE = 0, /* no body (Content-Length: 0 for PUT/POST) */
+    S3_BODY_MEM,      /* data[0..len) */
+    S3_BODY_FD, /* fd at offset..offset+len, read with pread (streamed, never all in memory) */
+};
+
+struct s3_body {
+    enum s3_body_kind kind;
+    const void *data;
+    int fd;
+    uint64_t offset;
+    uint64_t len;
+};
+
 /* One HTTP request, described before it is sent. */
 struct s3_request {
-    const char *what;   /* "HEAD", "GET", "LIST" for logs */
-    const char *method; /* "HEAD" or "GET" */
+    const char *what;   /* "HEAD", "GET", "LIST", "PUT", ... for logs */
+    const char *method; /* "HEAD", "GET", "PUT", "POST" or "DELETE" */
     const char *key;    /* object key, or NULL for a bucket-level request */
     const struct sigv4_pair *query;
     size_t nquery;
     const char *range;    /* Range header value or NULL */
     const char *if_match; /* If-Match header value or NULL */
-    char *sink;           /* fixed body buffer (reads), or NULL for a growable one */
+    /* Further headers, all signed (x-amz-copy-source, Content-Type, ...). */
+    const struct sigv4_pair *headers;
+    size_t nheaders;
+    struct s3_body body; /* only for PUT and POST */
+    /* Sign the body with its SHA-256 even when the client sends
+     * UNSIGNED-PAYLOAD (small bodies such as the Complete XML). */
+    int sign_payload;
+    /* A 2xx answer may carry an <Error> document (CompleteMultipartUpload,
+     * CopyObject, UploadPartCopy): treated like the status its code names. */
+    int error_in_200;
+    char *sink; /* fixed body buffer (reads), or NULL for a growable one */
     size_t sink_cap;
     int max_retries;
     int quiet;                     /* don't log the final failure (mount check reports it itself) */
@@ -82,8 +112,11 @@ struct s3_response {
     char *body; /* 2xx body: the caller's sink, or malloc'ed */
     size_t body_len, body_cap;
     int body_fixed;
-    int overflow; /* more body than the sink holds */
-    int past_eof; /* 206 whose Content-Range starts at or past the object's end */
+    int overflow;       /* more body than the sink holds */
+    int past_eof;       /* 206 whose Content-Range starts at or past the object's end */
+    int embedded_error; /* a 200 carried an <Error>: status is the one its code names */
+    int attempts;       /* attempts made (> 1: the request was retried) */
+    int body_errno;     /* reading the request body failed (positive errno), 0 = ok */
     char *err_body;
     size_t err_len;
     struct s3_error_body err; /* parsed <Error>, if any */
@@ -127,6 +160,12 @@ int s3_client_http_failure(struct s3_client *c, const struct s3_request *rq,
  * negative errno (logged and counted); on failure *page is empty. */
 int s3_client_list_page(struct s3_client *c, const struct s3_list_query *lq,
                         struct s3_list_page *page);
+
+/* Pure: if body (a 2xx answer's) is an <Error> document, fill *err and
+ * return the HTTP status to treat the answer as: the one S3 sends with its
+ * code, or 500 for a code it does not know (a failure after the server had
+ * accepted the request). 0 if body is not an <Error> document. */
+long s3_client_embedded_error(const char *body, size_t len, struct s3_error_body *err);
 
 /* Release what s3_client_perform left in rs. */
 void s3_response_free(struct s3_response *rs);

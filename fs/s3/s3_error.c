@@ -38,6 +38,11 @@ static const struct s3_error_row error_table[] = {
     {0, "NoSuchKey", {ENOENT, ENOENT, S3_NO_RETRY, S3K_NOT_FOUND}},
     {0, "NoSuchVersion", {ENOENT, ENOENT, S3_NO_RETRY, S3K_NOT_FOUND}},
     {0, "NoSuchUpload", {ENOENT, ENOENT, S3_NO_RETRY, S3K_NOT_FOUND}},
+    /* multipart uploads (NoSuchUpload is above) */
+    {0, "InvalidPart", {EINVAL, EINVAL, S3_NO_RETRY, S3K_OTHER}},
+    {0, "InvalidPartOrder", {EINVAL, EINVAL, S3_NO_RETRY, S3K_OTHER}},
+    {0, "EntityTooSmall", {EINVAL, EINVAL, S3_NO_RETRY, S3K_OTHER}},
+    {0, "EntityTooLarge", {EFBIG, EFBIG, S3_NO_RETRY, S3K_OTHER}},
     /* conditions and ranges */
     {0, "PreconditionFailed", {ESTALE, ESTALE, S3_NO_RETRY, S3K_STALE}},
     {0, "InvalidRange", {EINVAL, EINVAL, S3_NO_RETRY, S3K_RANGE}},
@@ -50,6 +55,10 @@ static const struct s3_error_row error_table[] = {
     {0, "OperationAborted", {EBUSY, EBUSY, S3_RETRY, S3K_OTHER}},
     {0, "RequestTimeout", {ETIMEDOUT, ETIMEDOUT, S3_RETRY, S3K_TIMEOUT}},
     {0, "IncompleteBody", {ECONNRESET, EIO, S3_RETRY, S3K_CONNECTION}},
+    /* the body we sent does not match its signed SHA-256 / Content-MD5:
+     * damaged on the way (or the staging file changed): send it again */
+    {0, "XAmzContentSHA256Mismatch", {EIO, EIO, S3_RETRY, S3K_CONNECTION}},
+    {0, "BadDigest", {EIO, EIO, S3_RETRY, S3K_CONNECTION}},
     {0, "SlowDown", {EAGAIN, EIO, S3_RETRY, S3K_THROTTLE}},
     {0, "TooManyRequests", {EAGAIN, EIO, S3_RETRY, S3K_THROTTLE}},
     {0, "InternalError", {EAGAIN, EIO, S3_RETRY, S3K_SERVER}},
@@ -114,6 +123,52 @@ struct s3_error_class s3_error_transport(enum s3_transport t)
     if ((unsigned)t >= sizeof table / sizeof table[0])
         return table[S3T_OTHER];
     return table[t];
+}
+
+/* The status S3 sends each code with, for an <Error> inside a 200 answer. */
+static const struct {
+    const char *code;
+    long status;
+} code_status[] = {
+    {"AccessDenied", 403},
+    {"InvalidAccessKeyId", 403},
+    {"SignatureDoesNotMatch", 403},
+    {"RequestTimeTooSkewed", 403},
+    {"ExpiredToken", 400},
+    {"InvalidToken", 400},
+    {"NoSuchBucket", 404},
+    {"NoSuchKey", 404},
+    {"NoSuchUpload", 404},
+    {"NoSuchVersion", 404},
+    {"MethodNotAllowed", 405},
+    {"OperationAborted", 409},
+    {"PreconditionFailed", 412},
+    {"InvalidRange", 416},
+    {"InvalidArgument", 400},
+    {"InvalidRequest", 400},
+    {"InvalidPart", 400},
+    {"InvalidPartOrder", 400},
+    {"EntityTooSmall", 400},
+    {"EntityTooLarge", 400},
+    {"MalformedXML", 400},
+    {"KeyTooLongError", 400},
+    {"RequestTimeout", 400},
+    {"IncompleteBody", 400},
+    {"XAmzContentSHA256Mismatch", 400},
+    {"BadDigest", 400},
+    {"TooManyRequests", 429},
+    {"InternalError", 500},
+    {"NotImplemented", 501},
+    {"SlowDown", 503},
+    {"ServiceUnavailable", 503},
+};
+
+long s3_error_status_of(const char *code)
+{
+    for (size_t i = 0; code && i < sizeof code_status / sizeof code_status[0]; i++)
+        if (strcmp(code_status[i].code, code) == 0)
+            return code_status[i].status;
+    return 0;
 }
 
 int s3_error_errno(long http_status, const char *code)

@@ -62,6 +62,11 @@ struct s3_error_class s3_error_classify(long http_status, const char *code);
 /* Classify a transport failure. */
 struct s3_error_class s3_error_transport(enum s3_transport t);
 
+/* The HTTP status S3 sends with error code (e.g. 500 for "InternalError",
+ * 404 for "NoSuchUpload"), 0 if unknown: how to treat an <Error> document
+ * that arrives in a 200 answer. */
+long s3_error_status_of(const char *code);
+
 /* Shortcuts over s3_error_classify. */
 int s3_error_errno(long http_status, const char *code); /* final errno, positive */
 int s3_error_retryable(long http_status, const char *code, int reached);

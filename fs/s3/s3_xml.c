@@ -1,6 +1,8 @@
 /*
- * fs/s3/s3_xml.c - S3 XML responses (ListObjectsV2 pages, <Error> bodies)
- * parsed with libxml2.
+ * fs/s3/s3_xml.c - S3 XML with libxml2: ListObjectsV2 pages, <Error> bodies,
+ * multipart upload results (InitiateMultipartUpload, CompleteMultipartUpload,
+ * ListMultipartUploads), CopyObject/CopyPart results, and the
+ * CompleteMultipartUpload request body we send.
  *
  * Safety: input size is bounded, documents carrying a DOCTYPE are refused
  * before and after parsing, XML_PARSE_NOENT is never set (no entity
@@ -46,6 +48,13 @@ static xmlDocPtr read_doc(const char *body, size_t len, int *rc)
         return NULL;
     }
     if (has_doctype(body, len))
+        return NULL;
+    /* S3 may send whitespace ahead of the document to keep a long
+     * CompleteMultipartUpload or copy alive; an XML declaration must come
+     * first for libxml2, so skip it. */
+    while (len && (*body == ' ' || *body == '\t' || *body == '\r' || *body == '\n'))
+        body++, len--;
+    if (len == 0)
         return NULL;
     pthread_once(&xml_once, xml_init);
     int flags = XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING;
@@ -405,5 +414,283 @@ int s3_xml_parse_error(const char *body, size_t len, struct s3_error_body *err)
             node_text_to(c, err->region, sizeof err->region);
     }
     xmlFreeDoc(doc);
+    return 0;
+}
+
+/* ---- multipart uploads and copies --------------------------------------- */
+
+/* Text of n into dst (cap bytes with the NUL): 0, -EOVERFLOW, -ENOMEM. */
+static int node_text_fixed(xmlNodePtr n, char *dst, size_t cap)
+{
+    char *t = node_text(n);
+    if (!t)
+        return -ENOMEM;
+    size_t l = strlen(t);
+    int rc = l < cap ? 0 : -EOVERFLOW;
+    if (rc == 0)
+        memcpy(dst, t, l + 1);
+    free(t);
+    return rc;
+}
+
+int s3_xml_parse_initiate(const char *body, size_t len, char *upload_id, size_t cap)
+{
+    if (cap)
+        upload_id[0] = '\0';
+    int rc;
+    xmlDocPtr doc = read_doc(body, len, &rc);
+    if (!doc)
+        return rc;
+    xmlNodePtr root = xmlDocGetRootElement(doc);
+    rc = -EINVAL;
+    if (is_elem(root, "InitiateMultipartUploadResult"))
+        for (xmlNodePtr c = root->children; c; c = c->next)
+            if (is_elem(c, "UploadId")) {
+                rc = node_text_fixed(c, upload_id, cap);
+                break;
+            }
+    if (rc == 0 && !upload_id[0])
+        rc = -EINVAL;
+    if (rc < 0 && cap)
+        upload_id[0] = '\0';
+    xmlFreeDoc(doc);
+    return rc;
+}
+
+/* root is root_name, or its "...Response" variant for a "...Result"
+ * (moto names the CompleteMultipartUpload answer so). */
+static int is_result_root(xmlNodePtr root, const char *root_name)
+{
+    if (!root_name)
+        return 0;
+    if (is_elem(root, root_name))
+        return 1;
+    size_t n = strlen(root_name);
+    if (n < 6 || strcmp(root_name + n - 6, "Result") != 0 || !root ||
+        root->type != XML_ELEMENT_NODE)
+        return 0;
+    const char *name = (const char *)root->name;
+    return strncmp(name, root_name, n - 6) == 0 && strcmp(name + n - 6, "Response") == 0;
+}
+
+int s3_xml_parse_etag(const char *body, size_t len, const char *root_name,
+                      char etag[STORE_ETAG_MAX])
+{
+    etag[0] = '\0';
+    int rc;
+    xmlDocPtr doc = read_doc(body, len, &rc);
+    if (!doc)
+        return rc;
+    xmlNodePtr root = xmlDocGetRootElement(doc);
+    if (!is_result_root(root, root_name))
+        rc = -EINVAL;
+    for (xmlNodePtr c = rc == 0 ? root->children : NULL; c; c = c->next)
+        if (is_elem(c, "ETag")) {
+            rc = node_text_fixed(c, etag, STORE_ETAG_MAX);
+            break;
+        }
+    if (rc < 0)
+        etag[0] = '\0';
+    xmlFreeDoc(doc);
+    return rc;
+}
+
+void s3_upload_page_free(struct s3_upload_page *page)
+{
+    if (!page)
+        return;
+    for (size_t i = 0; i < page->nuploads; i++) {
+        free(page->uploads[i].key);
+        free(page->uploads[i].upload_id);
+    }
+    free(page->uploads);
+    free(page->next_key_marker);
+    free(page->next_upload_id_marker);
+    memset(page, 0, sizeof *page);
+}
+
+/* One <Upload> element into u (both fields set, or -EINVAL). */
+static int parse_upload(xmlNodePtr n, struct s3_upload *u)
+{
+    memset(u, 0, sizeof *u);
+    for (xmlNodePtr c = n->children; c; c = c->next) {
+        char **dst = is_elem(c, "Key") ? &u->key : is_elem(c, "UploadId") ? &u->upload_id : NULL;
+        if (!dst || *dst)
+            continue;
+        *dst = node_text(c);
+        if (!*dst)
+            return -ENOMEM;
+    }
+    return u->key && u->upload_id && *u->upload_id ? 0 : -EINVAL;
+}
+
+/* Replace *dst with the text of n. */
+static int take_text(xmlNodePtr n, char **dst)
+{
+    free(*dst);
+    *dst = node_text(n);
+    return *dst ? 0 : -ENOMEM;
+}
+
+static int uploads_child(struct s3_upload_page *page, size_t *cap, int *url_encoded, xmlNodePtr c)
+{
+    if (is_elem(c, "Upload")) {
+        int rc = grow((void **)&page->uploads, page->nuploads, cap, sizeof *page->uploads);
+        if (rc == 0) {
+            struct s3_upload *u = &page->uploads[page->nuploads];
+            rc = parse_upload(c, u);
+            if (rc == 0) {
+                page->nuploads++;
+            } else {
+                free(u->key);
+                free(u->upload_id);
+            }
+        }
+        return rc;
+    }
+    if (is_elem(c, "IsTruncated")) {
+        char *t = node_text(c);
+        page->is_truncated = t && strcmp(t, "true") == 0;
+        free(t);
+        return t ? 0 : -ENOMEM;
+    }
+    if (is_elem(c, "NextKeyMarker"))
+        return take_text(c, &page->next_key_marker);
+    if (is_elem(c, "NextUploadIdMarker"))
+        return take_text(c, &page->next_upload_id_marker);
+    if (is_elem(c, "EncodingType")) {
+        char *t = node_text(c);
+        *url_encoded = t && strcmp(t, "url") == 0;
+        free(t);
+        return t ? 0 : -ENOMEM;
+    }
+    return 0;
+}
+
+static int decode_uploads(struct s3_upload_page *page)
+{
+    for (size_t i = 0; i < page->nuploads; i++)
+        if (url_decode_inplace(page->uploads[i].key) < 0)
+            return -EINVAL;
+    if (page->next_key_marker && url_decode_inplace(page->next_key_marker) < 0)
+        return -EINVAL;
+    return 0;
+}
+
+int s3_xml_parse_uploads(const char *body, size_t len, struct s3_upload_page *page)
+{
+    memset(page, 0, sizeof *page);
+    int rc;
+    xmlDocPtr doc = read_doc(body, len, &rc);
+    if (!doc)
+        return rc;
+    xmlNodePtr root = xmlDocGetRootElement(doc);
+    if (!is_elem(root, "ListMultipartUploadsResult"))
+        rc = -EINVAL;
+    size_t cap = 0;
+    int url_encoded = 0;
+    for (xmlNodePtr c = rc == 0 ? root->children : NULL; c && rc == 0; c = c->next)
+        if (c->type == XML_ELEMENT_NODE)
+            rc = uploads_child(page, &cap, &url_encoded, c);
+    if (rc == 0 && url_encoded)
+        rc = decode_uploads(page);
+    if (rc == 0 && page->is_truncated && (!page->next_key_marker || !*page->next_key_marker))
+        rc = -EINVAL; /* a truncated page must say where to continue */
+    xmlFreeDoc(doc);
+    if (rc < 0)
+        s3_upload_page_free(page);
+    return rc;
+}
+
+/* ---- CompleteMultipartUpload request body ------------------------------- */
+
+static int cmp_part_ptr(const void *a, const void *b)
+{
+    const struct store_part *x = *(const struct store_part *const *)a;
+    const struct store_part *y = *(const struct store_part *const *)b;
+    return x->number < y->number ? -1 : x->number > y->number;
+}
+
+/* Append s to buf at *off, escaping the five XML specials. buf is big enough. */
+static void put_escaped(char *buf, size_t *off, const char *s)
+{
+    for (; *s; s++) {
+        const char *e = NULL;
+        switch (*s) {
+        case '&':
+            e = "&amp;";
+            break;
+        case '<':
+            e = "&lt;";
+            break;
+        case '>':
+            e = "&gt;";
+            break;
+        case '"':
+            e = "&quot;";
+            break;
+        case '\'':
+            e = "&apos;";
+            break;
+        }
+        if (e) {
+            size_t l = strlen(e);
+            memcpy(buf + *off, e, l);
+            *off += l;
+        } else {
+            buf[(*off)++] = *s;
+        }
+    }
+}
+
+int s3_xml_build_complete(const struct store_part *parts, size_t n, char **out, size_t *len)
+{
+    static const char head[] = "<CompleteMultipartUpload "
+                               "xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">";
+    static const char tail[] = "</CompleteMultipartUpload>";
+    *out = NULL;
+    *len = 0;
+    if (!parts || n == 0 || n > STORE_MAX_PARTS)
+        return -EINVAL;
+    const struct store_part **sorted = malloc(n * sizeof *sorted);
+    if (!sorted)
+        return -ENOMEM;
+    /* worst case per part: the fixed tags, 5 digits, every ETag byte as "&quot;" */
+    size_t cap = sizeof head + sizeof tail;
+    for (size_t i = 0; i < n; i++) {
+        sorted[i] = &parts[i];
+        cap += 64 + 6 * strnlen(parts[i].etag, STORE_ETAG_MAX);
+    }
+    qsort(sorted, n, sizeof *sorted, cmp_part_ptr);
+    for (size_t i = 0; i < n; i++) {
+        const struct store_part *p = sorted[i];
+        if (p->number < 1 || p->number > STORE_MAX_PARTS || !p->etag[0] ||
+            strnlen(p->etag, STORE_ETAG_MAX) == STORE_ETAG_MAX ||
+            (i > 0 && sorted[i - 1]->number == p->number)) {
+            free(sorted);
+            return -EINVAL;
+        }
+    }
+    char *buf = malloc(cap);
+    if (!buf) {
+        free(sorted);
+        return -ENOMEM;
+    }
+    size_t off = 0;
+    memcpy(buf, head, sizeof head - 1);
+    off += sizeof head - 1;
+    for (size_t i = 0; i < n; i++) {
+        off += (size_t)snprintf(buf + off, cap - off, "<Part><PartNumber>%u</PartNumber><ETag>",
+                                (unsigned)sorted[i]->number);
+        put_escaped(buf, &off, sorted[i]->etag);
+        static const char end[] = "</ETag></Part>";
+        memcpy(buf + off, end, sizeof end - 1);
+        off += sizeof end - 1;
+    }
+    memcpy(buf + off, tail, sizeof tail);
+    off += sizeof tail - 1;
+    free(sorted);
+    *out = buf;
+    *len = off;
     return 0;
 }

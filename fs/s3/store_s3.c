@@ -1,12 +1,14 @@
 /*
- * fs/s3/store_s3.c - the S3 store: stat/list/read of s3://BUCKET[/PREFIX] on top
- * of the S3 HTTP client engine (s3_client.c; this file does not see curl.h).
+ * fs/s3/store_s3.c - the S3 store: open, stat/list/read of s3://BUCKET[/PREFIX]
+ * on top of the S3 HTTP client engine (s3_client.c; this file does not see
+ * curl.h). The write calls are in store_s3_write.c; store_s3.h is shared.
  *
  * Owns: what store paths mean on S3 (key = PREFIX/path, directories are
- * common prefixes), the store_ops (stat, list, read, destroy), validation
- * of the bucket name, the configuration (credentials, region, endpoint via
- * aws_config.c, defaults for connections, timeouts and retries), and the
- * mount-time bucket check.
+ * common prefixes), the store_ops table (stat, list, read, destroy here;
+ * put, mpu_*, copy, remove, rmdir from store_s3_write.c), validation of the
+ * bucket name, the configuration (credentials, region, endpoint via
+ * aws_config.c, defaults for connections, timeouts and retries, payload
+ * signing), and the mount-time bucket check.
  *
  * Requests: HEAD for stat, ListObjectsV2 for list and the directory probe,
  * ranged GET (written straight into the caller's buffer) for read.
@@ -21,6 +23,7 @@
 #include "s3_error.h"
 #include "s3_xml.h"
 #include "sigv4.h"
+#include "store_s3.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -37,21 +40,10 @@
 #define S3_DEFAULT_MAX_RETRIES 5
 #define S3_MOUNT_CHECK_MAX_RETRIES 2
 
-/* ---- state -------------------------------------------------------------- */
-
-struct s3_store {
-    struct store base;
-    struct s3_client *client; /* NULL until configured */
-    char *bucket;
-    char *prefix; /* "" or "a/b" */
-    char *region;
-    int max_connections, connect_timeout_ms, request_timeout_ms, max_retries;
-};
-
 /* ---- small helpers ------------------------------------------------------ */
 
 /* The key of a store path: "PREFIX/path", "path", or PREFIX for the root. */
-static char *key_of(const struct s3_store *s, const char *path)
+char *s3_store_key(const struct s3_store *s, const char *path)
 {
     if (!*s->prefix)
         return strdup(path);
@@ -61,9 +53,9 @@ static char *key_of(const struct s3_store *s, const char *path)
 }
 
 /* The ListObjectsV2 prefix for the directory at path: "" or "KEY/". */
-static char *dir_prefix_of(const struct s3_store *s, const char *path)
+char *s3_store_dir_prefix(const struct s3_store *s, const char *path)
 {
-    char *key = key_of(s, path);
+    char *key = s3_store_key(s, path);
     if (!key || !*key)
         return key;
     char *p = str_printf("%s/", key);
@@ -72,7 +64,7 @@ static char *dir_prefix_of(const struct s3_store *s, const char *path)
 }
 
 /* ETags compared without quotes and a weak "W/" marker. */
-static int etag_equal(const char *a, const char *b)
+int s3_etag_equal(const char *a, const char *b)
 {
     if (strncmp(a, "W/", 2) == 0)
         a += 2;
@@ -88,7 +80,7 @@ static int etag_equal(const char *a, const char *b)
 
 /* ---- stat --------------------------------------------------------------- */
 
-static int head_object(struct s3_store *s, const char *key, struct store_stat *st)
+int s3_store_head(struct s3_store *s, const char *key, struct store_stat *st)
 {
     struct s3_request rq = {.what = "HEAD",
                             .method = "HEAD",
@@ -140,10 +132,10 @@ static int s3_stat(struct store *base, const char *path, struct store_stat *st)
         st->is_dir = 1;
         return 0;
     }
-    char *key = key_of(s, path);
+    char *key = s3_store_key(s, path);
     if (!key)
         return -ENOMEM;
-    int rc = head_object(s, key, st);
+    int rc = s3_store_head(s, key, st);
     if (rc == -ENOENT)
         rc = probe_dir(s, key, st);
     free(key);
@@ -292,10 +284,10 @@ static int list_all(struct s3_store *s, struct list_ctx *c)
 static int empty_dir_result(struct s3_store *s, const char *path)
 {
     struct store_stat st;
-    char *key = key_of(s, path);
+    char *key = s3_store_key(s, path);
     if (!key)
         return -ENOMEM;
-    int rc = head_object(s, key, &st);
+    int rc = s3_store_head(s, key, &st);
     free(key);
     return rc == 0 ? -ENOTDIR : rc == -ENOENT ? -ENOENT : rc;
 }
@@ -303,7 +295,7 @@ static int empty_dir_result(struct s3_store *s, const char *path)
 static int s3_list(struct store *base, const char *dir, store_list_fn fn, void *arg)
 {
     struct s3_store *s = (struct s3_store *)base;
-    char *prefix = dir_prefix_of(s, dir);
+    char *prefix = s3_store_dir_prefix(s, dir);
     if (!prefix)
         return -ENOMEM;
     struct list_ctx c = {.fn = fn, .arg = arg, .prefix = prefix, .plen = strlen(prefix)};
@@ -329,7 +321,7 @@ struct read_want {
 static int check_read(const struct s3_request *rq, struct s3_response *rs)
 {
     const struct read_want *w = rq->check_arg;
-    if (w->etag && *w->etag && rs->etag[0] && !etag_equal(w->etag, rs->etag))
+    if (w->etag && *w->etag && rs->etag[0] && !s3_etag_equal(w->etag, rs->etag))
         return -ESTALE;
     if (rs->content_length >= 0 && rs->body_len < (uint64_t)rs->content_length)
         return -EAGAIN;
@@ -358,7 +350,7 @@ static int s3_read(struct store *base, const char *path, const char *etag, uint6
         return -EINVAL;
     char range[64];
     snprintf(range, sizeof range, "bytes=%" PRIu64 "-%" PRIu64, off, off + (len - 1));
-    char *key = key_of(s, path);
+    char *key = s3_store_key(s, path);
     if (!key)
         return -ENOMEM;
     struct read_want want = {off, len, etag};
@@ -412,6 +404,15 @@ static const struct store_ops s3_ops = {
     .stat = s3_stat,
     .list = s3_list,
     .read = s3_read,
+    .put = s3_store_put,
+    .mpu_begin = s3_store_mpu_begin,
+    .mpu_part = s3_store_mpu_part,
+    .mpu_complete = s3_store_mpu_complete,
+    .mpu_abort = s3_store_mpu_abort,
+    .mpu_list = s3_store_mpu_list,
+    .copy = s3_store_copy,
+    .remove = s3_store_remove,
+    .rmdir = s3_store_rmdir, /* mkdir, rename: NULL (directories are key prefixes) */
     .destroy = s3_destroy,
 };
 
@@ -440,6 +441,7 @@ static void apply_settings(struct s3_store *s, const struct store_options *opt)
     s->max_retries = opt->max_retries < 0    ? 0
                      : opt->max_retries == 0 ? S3_DEFAULT_MAX_RETRIES
                                              : opt->max_retries;
+    s->unsigned_payload = opt->unsigned_payload != 0;
 }
 
 /* Strip leading and trailing slashes of a prefix. */
@@ -495,6 +497,7 @@ static int configure(struct s3_store *s, const struct store_options *opt, char *
                                   .max_connections = s->max_connections,
                                   .connect_timeout_ms = s->connect_timeout_ms,
                                   .request_timeout_ms = s->request_timeout_ms,
+                                  .unsigned_payload = s->unsigned_payload,
                                   .counters = &s->base.counters};
     rc = endpoint ? s3_client_create(&cc, &s->client, err, errlen) : -ENOMEM;
     aws_config_free(&cfg); /* wipes the secrets: the client has its own copies */
@@ -508,7 +511,7 @@ static int configure(struct s3_store *s, const struct store_options *opt, char *
  * list it, and the answer is S3. On failure a user-facing line goes to err. */
 static int mount_check(struct s3_store *s, char *err, size_t errlen)
 {
-    char *prefix = dir_prefix_of(s, "");
+    char *prefix = s3_store_dir_prefix(s, "");
     if (!prefix)
         return -ENOMEM;
     struct sigv4_pair q[] = {{"list-type", "2"}, {"max-keys", "1"}, {"prefix", prefix}};

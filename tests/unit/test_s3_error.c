@@ -1,6 +1,7 @@
 /*
  * tests/unit/test_s3_error.c - the (HTTP status, S3 code) -> errno table,
- * retry policy, transport classes and mount-time messages.
+ * retry policy, transport classes, the status of a code (for an <Error>
+ * inside a 200 answer) and mount-time messages.
  */
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -69,6 +70,47 @@ Test(s3_error, throttling_and_server_errors_retry_then_eio)
     cr_expect_eq(s3_error_retryable(501, NULL, 0), 0);
     /* A known code wins over the status fallback: SlowDown sent with 200? still throttle */
     cr_expect_eq(s3_error_classify(500, "SlowDown").kind, S3K_THROTTLE);
+}
+
+Test(s3_error, write_errors)
+{
+    cr_expect_eq(s3_error_errno(404, "NoSuchUpload"), ENOENT);
+    cr_expect_eq(s3_error_retryable(404, "NoSuchUpload", 1), 0);
+    cr_expect_eq(s3_error_errno(400, "InvalidPart"), EINVAL);
+    cr_expect_eq(s3_error_errno(400, "InvalidPartOrder"), EINVAL);
+    cr_expect_eq(s3_error_errno(400, "EntityTooSmall"), EINVAL);
+    cr_expect_eq(s3_error_errno(400, "EntityTooLarge"), EFBIG);
+    cr_expect_eq(s3_error_retryable(400, "EntityTooLarge", 1), 0);
+    /* the body did not match its signed hash: damaged on the way, send again */
+    cr_expect_eq(s3_error_retryable(400, "XAmzContentSHA256Mismatch", 0), 1);
+    cr_expect_eq(s3_error_errno(400, "XAmzContentSHA256Mismatch"), EIO);
+    cr_expect_eq(s3_error_retryable(400, "BadDigest", 0), 1);
+    cr_expect_eq(s3_error_errno(400, "BadDigest"), EIO);
+    cr_expect_eq(s3_error_errno(412, "PreconditionFailed"), ESTALE, "copy if-match");
+}
+
+Test(s3_error, status_of_codes)
+{
+    cr_expect_eq(s3_error_status_of("InternalError"), 500);
+    cr_expect_eq(s3_error_status_of("SlowDown"), 503);
+    cr_expect_eq(s3_error_status_of("ServiceUnavailable"), 503);
+    cr_expect_eq(s3_error_status_of("NoSuchUpload"), 404);
+    cr_expect_eq(s3_error_status_of("NoSuchKey"), 404);
+    cr_expect_eq(s3_error_status_of("AccessDenied"), 403);
+    cr_expect_eq(s3_error_status_of("PreconditionFailed"), 412);
+    cr_expect_eq(s3_error_status_of("InvalidPart"), 400);
+    cr_expect_eq(s3_error_status_of("NoSuchThing"), 0);
+    cr_expect_eq(s3_error_status_of(""), 0);
+    cr_expect_eq(s3_error_status_of(NULL), 0);
+    /* every status given classifies the code the same as the code alone does */
+    const char *codes[] = {"InternalError", "SlowDown",       "NoSuchUpload",    "AccessDenied",
+                           "InvalidPart",   "RequestTimeout", "OperationAborted"};
+    for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++) {
+        long st = s3_error_status_of(codes[i]);
+        cr_expect_eq(s3_error_retryable(st, codes[i], 1), s3_error_retryable(0, codes[i], 1), "%s",
+                     codes[i]);
+        cr_expect_eq(s3_error_errno(st, codes[i]), s3_error_errno(0, codes[i]), "%s", codes[i]);
+    }
 }
 
 Test(s3_error, region_errors)

@@ -1,7 +1,9 @@
 /*
- * tests/unit/test_s3_xml.c - ListObjectsV2 pages and <Error> bodies: normal
- * pages, truncation and tokens, escaped and non-ASCII keys, url encoding,
- * and hostile input (malformed, DTDs/entities, oversized).
+ * tests/unit/test_s3_xml.c - ListObjectsV2 pages, <Error> bodies, the multipart
+ * upload and copy results (Initiate, Complete, ListMultipartUploads, CopyObject,
+ * CopyPart) and the CompleteMultipartUpload body we build: normal answers,
+ * truncation and markers, escaped and non-ASCII keys, url encoding, leading
+ * whitespace, and hostile input (malformed, DTDs/entities, oversized, too long).
  */
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -260,4 +262,254 @@ Test(s3_xml, iso8601)
     cr_expect_eq(s3_parse_iso8601("2009-10-12T17:50:30Zjunk"), -1);
     cr_expect_eq(s3_parse_iso8601(""), -1);
     cr_expect_eq(s3_parse_iso8601(NULL), -1);
+}
+
+/* ---- multipart uploads and copies --------------------------------------- */
+
+Test(s3_xml, initiate_result)
+{
+    const char *xml = HEAD "<InitiateMultipartUploadResult " NS "><Bucket>bkt</Bucket>"
+                           "<Key>a/b</Key><UploadId>VXBsb2FkIElE&amp;+/=</UploadId>"
+                           "</InitiateMultipartUploadResult>";
+    char id[STORE_UPLOAD_ID_MAX];
+    cr_assert_eq(s3_xml_parse_initiate(xml, strlen(xml), id, sizeof id), 0);
+    cr_expect_str_eq(id, "VXBsb2FkIElE&+/=");
+}
+
+Test(s3_xml, initiate_result_bad)
+{
+    char id[16];
+    const char *no_id = "<InitiateMultipartUploadResult><Key>a</Key>"
+                        "</InitiateMultipartUploadResult>";
+    cr_expect_eq(s3_xml_parse_initiate(no_id, strlen(no_id), id, sizeof id), -EINVAL);
+    cr_expect_str_eq(id, "");
+    const char *empty = "<InitiateMultipartUploadResult><UploadId></UploadId>"
+                        "</InitiateMultipartUploadResult>";
+    cr_expect_eq(s3_xml_parse_initiate(empty, strlen(empty), id, sizeof id), -EINVAL);
+    const char *longer = "<InitiateMultipartUploadResult><UploadId>0123456789abcdef</UploadId>"
+                         "</InitiateMultipartUploadResult>";
+    cr_expect_eq(s3_xml_parse_initiate(longer, strlen(longer), id, sizeof id), -EOVERFLOW,
+                 "16 bytes do not fit 16 with the NUL");
+    cr_expect_str_eq(id, "");
+    const char *fits = "<InitiateMultipartUploadResult><UploadId>0123456789abcde</UploadId>"
+                       "</InitiateMultipartUploadResult>";
+    cr_expect_eq(s3_xml_parse_initiate(fits, strlen(fits), id, sizeof id), 0);
+    const char *err = "<Error><Code>AccessDenied</Code><UploadId>x</UploadId></Error>";
+    cr_expect_eq(s3_xml_parse_initiate(err, strlen(err), id, sizeof id), -EINVAL);
+    cr_expect_eq(
+        s3_xml_parse_initiate("<InitiateMultipartUploadResult><UploadId>x", 42, id, sizeof id),
+        -EINVAL);
+    cr_expect_eq(s3_xml_parse_initiate("", 0, id, sizeof id), -EINVAL);
+}
+
+Test(s3_xml, etag_results)
+{
+    char etag[STORE_ETAG_MAX];
+    const char *complete =
+        HEAD "<CompleteMultipartUploadResult " NS "><Location>http://b/k</Location>"
+             "<Bucket>b</Bucket><Key>k</Key><ETag>&quot;3858f62230ac3c915f300c664312c11f-9&quot;"
+             "</ETag></CompleteMultipartUploadResult>";
+    cr_assert_eq(
+        s3_xml_parse_etag(complete, strlen(complete), "CompleteMultipartUploadResult", etag), 0);
+    cr_expect_str_eq(etag, "\"3858f62230ac3c915f300c664312c11f-9\"");
+    const char *copy = HEAD "<CopyObjectResult><LastModified>2009-10-12T17:50:30.000Z"
+                            "</LastModified><ETag>\"9b2cf535f27731c974343645a3985328\"</ETag>"
+                            "</CopyObjectResult>";
+    cr_assert_eq(s3_xml_parse_etag(copy, strlen(copy), "CopyObjectResult", etag), 0);
+    cr_expect_str_eq(etag, "\"9b2cf535f27731c974343645a3985328\"");
+    const char *part = "<CopyPartResult><ETag>\"p1\"</ETag></CopyPartResult>";
+    cr_assert_eq(s3_xml_parse_etag(part, strlen(part), "CopyPartResult", etag), 0);
+    cr_expect_str_eq(etag, "\"p1\"");
+    cr_expect_eq(s3_xml_parse_etag(part, strlen(part), "CopyObjectResult", etag), -EINVAL,
+                 "another root");
+    /* moto names the Complete answer "...Response" */
+    const char *moto = "<CompleteMultipartUploadResponse><ETag>\"m-2\"</ETag>"
+                       "</CompleteMultipartUploadResponse>";
+    cr_assert_eq(s3_xml_parse_etag(moto, strlen(moto), "CompleteMultipartUploadResult", etag), 0);
+    cr_expect_str_eq(etag, "\"m-2\"");
+    const char *none = "<CopyObjectResult><LastModified>x</LastModified></CopyObjectResult>";
+    cr_assert_eq(s3_xml_parse_etag(none, strlen(none), "CopyObjectResult", etag), 0);
+    cr_expect_str_eq(etag, "", "no ETag: empty, the caller asks HEAD");
+}
+
+Test(s3_xml, etag_results_bad)
+{
+    char etag[STORE_ETAG_MAX];
+    const char *err = HEAD "<Error><Code>InternalError</Code><ETag>\"x\"</ETag></Error>";
+    cr_expect_eq(s3_xml_parse_etag(err, strlen(err), "CopyObjectResult", etag), -EINVAL);
+    cr_expect_str_eq(etag, "");
+    char xml[512];
+    char big[STORE_ETAG_MAX + 1];
+    memset(big, 'e', sizeof big - 1);
+    big[sizeof big - 1] = '\0';
+    snprintf(xml, sizeof xml, "<CopyPartResult><ETag>%s</ETag></CopyPartResult>", big);
+    cr_expect_eq(s3_xml_parse_etag(xml, strlen(xml), "CopyPartResult", etag), -EOVERFLOW);
+    cr_expect_str_eq(etag, "");
+    cr_expect_eq(s3_xml_parse_etag("<CopyPartResult><ETag>", 22, "CopyPartResult", etag), -EINVAL);
+    cr_expect_eq(s3_xml_parse_etag(xml, strlen(xml), NULL, etag), -EINVAL);
+    const char *resp = "<CopyPartResponse><ETag>x</ETag></CopyPartResponse>";
+    cr_expect_eq(s3_xml_parse_etag(resp, strlen(resp), "CopyObjectResult", etag), -EINVAL,
+                 "...Response only of the same name");
+}
+
+Test(s3_xml, leading_whitespace_is_skipped)
+{
+    /* S3 keeps a long Complete or copy alive with spaces before the document */
+    const char *xml = "   \n\t\r\n" HEAD "<CompleteMultipartUploadResult><ETag>\"e\"</ETag>"
+                      "</CompleteMultipartUploadResult>";
+    char etag[STORE_ETAG_MAX];
+    cr_assert_eq(s3_xml_parse_etag(xml, strlen(xml), "CompleteMultipartUploadResult", etag), 0);
+    cr_expect_str_eq(etag, "\"e\"");
+    const char *err = "  \n" HEAD "<Error><Code>InternalError</Code></Error>";
+    struct s3_error_body e;
+    cr_assert_eq(s3_xml_parse_error(err, strlen(err), &e), 0);
+    cr_expect_str_eq(e.code, "InternalError");
+    cr_expect_eq(s3_xml_parse_error("   \n ", 5, &e), -EINVAL, "only whitespace");
+}
+
+Test(s3_xml, uploads_page)
+{
+    const char *xml =
+        HEAD "<ListMultipartUploadsResult " NS "><Bucket>bkt</Bucket><KeyMarker></KeyMarker>"
+             "<UploadIdMarker></UploadIdMarker><NextKeyMarker>d/k</NextKeyMarker>"
+             "<NextUploadIdMarker>id-3</NextUploadIdMarker><MaxUploads>3</MaxUploads>"
+             "<IsTruncated>true</IsTruncated>"
+             "<Upload><Key>d/k</Key><UploadId>id-1</UploadId><Initiator><ID>x</ID></Initiator>"
+             "<StorageClass>STANDARD</StorageClass><Initiated>2010-11-10T20:48:33.000Z"
+             "</Initiated></Upload>"
+             "<Upload><Key>d/k.tmp</Key><UploadId>id-2</UploadId></Upload>"
+             "<Upload><UploadId>id-3</UploadId><Key>d/k</Key></Upload>"
+             "</ListMultipartUploadsResult>";
+    struct s3_upload_page p;
+    cr_assert_eq(s3_xml_parse_uploads(xml, strlen(xml), &p), 0);
+    cr_assert_eq(p.nuploads, 3);
+    cr_expect_str_eq(p.uploads[0].key, "d/k");
+    cr_expect_str_eq(p.uploads[0].upload_id, "id-1");
+    cr_expect_str_eq(p.uploads[1].key, "d/k.tmp");
+    cr_expect_str_eq(p.uploads[2].upload_id, "id-3");
+    cr_expect_eq(p.is_truncated, 1);
+    cr_expect_str_eq(p.next_key_marker, "d/k");
+    cr_expect_str_eq(p.next_upload_id_marker, "id-3");
+    s3_upload_page_free(&p);
+    const char *empty = "<ListMultipartUploadsResult><IsTruncated>false</IsTruncated>"
+                        "</ListMultipartUploadsResult>";
+    cr_assert_eq(s3_xml_parse_uploads(empty, strlen(empty), &p), 0);
+    cr_expect_eq(p.nuploads, 0);
+    cr_expect_eq(p.is_truncated, 0);
+    cr_expect_null(p.next_key_marker);
+    s3_upload_page_free(&p);
+}
+
+Test(s3_xml, uploads_page_url_encoded)
+{
+    const char *xml = "<ListMultipartUploadsResult><EncodingType>url</EncodingType>"
+                      "<IsTruncated>true</IsTruncated><NextKeyMarker>a%20b</NextKeyMarker>"
+                      "<Upload><Key>a%20b%2Bc</Key><UploadId>x%20y</UploadId></Upload>"
+                      "</ListMultipartUploadsResult>";
+    struct s3_upload_page p;
+    cr_assert_eq(s3_xml_parse_uploads(xml, strlen(xml), &p), 0);
+    cr_expect_str_eq(p.uploads[0].key, "a b+c");
+    cr_expect_str_eq(p.uploads[0].upload_id, "x%20y", "upload ids are not encoded");
+    cr_expect_str_eq(p.next_key_marker, "a b");
+    s3_upload_page_free(&p);
+}
+
+Test(s3_xml, uploads_page_bad)
+{
+    struct s3_upload_page p;
+    const char *no_marker = "<ListMultipartUploadsResult><IsTruncated>true</IsTruncated>"
+                            "<Upload><Key>a</Key><UploadId>i</UploadId></Upload>"
+                            "</ListMultipartUploadsResult>";
+    cr_expect_eq(s3_xml_parse_uploads(no_marker, strlen(no_marker), &p), -EINVAL,
+                 "truncated without NextKeyMarker");
+    cr_expect_eq(p.nuploads, 0);
+    cr_expect_null(p.uploads);
+    const char *no_id = "<ListMultipartUploadsResult><Upload><Key>a</Key></Upload>"
+                        "</ListMultipartUploadsResult>";
+    cr_expect_eq(s3_xml_parse_uploads(no_id, strlen(no_id), &p), -EINVAL);
+    const char *no_key = "<ListMultipartUploadsResult><Upload><UploadId>i</UploadId></Upload>"
+                         "</ListMultipartUploadsResult>";
+    cr_expect_eq(s3_xml_parse_uploads(no_key, strlen(no_key), &p), -EINVAL);
+    const char *list = "<ListBucketResult><IsTruncated>false</IsTruncated></ListBucketResult>";
+    cr_expect_eq(s3_xml_parse_uploads(list, strlen(list), &p), -EINVAL);
+    const char *xxe = "<!DOCTYPE x [<!ENTITY e SYSTEM \"file:///etc/passwd\">]>"
+                      "<ListMultipartUploadsResult><Upload><Key>&e;</Key><UploadId>i</UploadId>"
+                      "</Upload></ListMultipartUploadsResult>";
+    cr_expect_eq(s3_xml_parse_uploads(xxe, strlen(xxe), &p), -EINVAL);
+    cr_expect_eq(s3_xml_parse_uploads("<ListMultipartUploadsResult><Upload>", 36, &p), -EINVAL);
+    size_t n = S3_XML_MAX_BYTES + 1;
+    char *big = malloc(n);
+    cr_assert_not_null(big);
+    memset(big, ' ', n);
+    memcpy(big, "<ListMultipartUploadsResult>", 28);
+    cr_expect_eq(s3_xml_parse_uploads(big, n, &p), -EFBIG);
+    char id[8], etag[STORE_ETAG_MAX];
+    cr_expect_eq(s3_xml_parse_initiate(big, n, id, sizeof id), -EFBIG);
+    cr_expect_eq(s3_xml_parse_etag(big, n, "CopyObjectResult", etag), -EFBIG);
+    free(big);
+}
+
+/* ---- the CompleteMultipartUpload body ------------------------------------ */
+
+#define CMU_HEAD "<CompleteMultipartUpload xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">"
+
+Test(s3_xml, complete_body_sorted_and_escaped)
+{
+    struct store_part parts[3] = {{.number = 10, .etag = "\"c\""},
+                                  {.number = 2, .etag = "\"a&b<c>'d\""},
+                                  {.number = 3, .etag = "plain"}};
+    char *xml;
+    size_t len;
+    cr_assert_eq(s3_xml_build_complete(parts, 3, &xml, &len), 0);
+    const char *want = CMU_HEAD "<Part><PartNumber>2</PartNumber>"
+                                "<ETag>&quot;a&amp;b&lt;c&gt;&apos;d&quot;</ETag></Part>"
+                                "<Part><PartNumber>3</PartNumber><ETag>plain</ETag></Part>"
+                                "<Part><PartNumber>10</PartNumber><ETag>&quot;c&quot;</ETag>"
+                                "</Part></CompleteMultipartUpload>";
+    cr_expect_str_eq(xml, want);
+    cr_expect_eq(len, strlen(want));
+    free(xml);
+}
+
+Test(s3_xml, complete_body_many_parts_and_longest_etags)
+{
+    size_t n = STORE_MAX_PARTS;
+    struct store_part *parts = calloc(n, sizeof *parts);
+    cr_assert_not_null(parts);
+    for (size_t i = 0; i < n; i++) {
+        parts[i].number = (uint32_t)(n - i); /* descending: built ascending */
+        memset(parts[i].etag, '"', STORE_ETAG_MAX - 1);
+    }
+    char *xml;
+    size_t len;
+    cr_assert_eq(s3_xml_build_complete(parts, n, &xml, &len), 0);
+    cr_expect_eq(strlen(xml), len);
+    cr_expect(strncmp(xml, CMU_HEAD "<Part><PartNumber>1</PartNumber><ETag>&quot;",
+                      strlen(CMU_HEAD) + 40) == 0);
+    const char *last = strstr(xml, "<PartNumber>10000</PartNumber>");
+    cr_expect_not_null(last);
+    cr_expect_null(strstr(last + 1, "<PartNumber>"), "10000 is the last part");
+    free(xml);
+    free(parts);
+}
+
+Test(s3_xml, complete_body_refuses_bad_parts)
+{
+    struct store_part parts[2] = {{.number = 1, .etag = "\"a\""}, {.number = 2, .etag = "\"b\""}};
+    char *xml = (char *)1;
+    size_t len = 1;
+    cr_expect_eq(s3_xml_build_complete(parts, 0, &xml, &len), -EINVAL);
+    cr_expect_null(xml);
+    cr_expect_eq(len, 0);
+    parts[1].number = 1;
+    cr_expect_eq(s3_xml_build_complete(parts, 2, &xml, &len), -EINVAL, "a number twice");
+    parts[1].number = 0;
+    cr_expect_eq(s3_xml_build_complete(parts, 2, &xml, &len), -EINVAL, "number 0");
+    parts[1].number = STORE_MAX_PARTS + 1;
+    cr_expect_eq(s3_xml_build_complete(parts, 2, &xml, &len), -EINVAL, "number 10001");
+    parts[1].number = 2;
+    parts[1].etag[0] = '\0';
+    cr_expect_eq(s3_xml_build_complete(parts, 2, &xml, &len), -EINVAL, "no ETag");
+    cr_expect_eq(s3_xml_build_complete(NULL, 1, &xml, &len), -EINVAL);
+    cr_expect_eq(s3_xml_build_complete(parts, STORE_MAX_PARTS + 1, &xml, &len), -EINVAL);
 }

@@ -231,6 +231,62 @@ Test(sigv4, s3_list_objects)
     free(auth);
 }
 
+Test(sigv4, s3_put_object_signs_the_payload_hash)
+{
+    const char *body = "Welcome to Amazon S3.";
+    char hash[65];
+    sigv4_sha256_hex(body, strlen(body), hash);
+    cr_expect_str_eq(hash, "44ce7dd67c959e0d3524ffac1771dfbba87d2b6b4b4e99e42034a8b803f8b072");
+    struct sigv4_pair h[] = {{"Host", "examplebucket.s3.amazonaws.com"},
+                             {"Date", "Fri, 24 May 2013 00:00:00 GMT"},
+                             {"x-amz-date", "20130524T000000Z"},
+                             {"x-amz-storage-class", "REDUCED_REDUNDANCY"},
+                             {"x-amz-content-sha256", hash}};
+    struct sigv4_request req = {"PUT", "/test$file.text", NULL, 0, h, 5, hash};
+    char *creq = sigv4_canonical_request(&req, NULL);
+    cr_expect_str_eq(creq, "PUT\n/test%24file.text\n\ndate:Fri, 24 May 2013 00:00:00 GMT\n"
+                           "host:examplebucket.s3.amazonaws.com\nx-amz-content-sha256:"
+                           "44ce7dd67c959e0d3524ffac1771dfbba87d2b6b4b4e99e42034a8b803f8b072\n"
+                           "x-amz-date:20130524T000000Z\nx-amz-storage-class:REDUCED_REDUNDANCY\n\n"
+                           "date;host;x-amz-content-sha256;x-amz-date;x-amz-storage-class\n"
+                           "44ce7dd67c959e0d3524ffac1771dfbba87d2b6b4b4e99e42034a8b803f8b072");
+    char *auth = sigv4_authorization(&req, &s3_cred, "20130524T000000Z", "us-east-1", "s3");
+    cr_assert_not_null(auth);
+    cr_expect(strstr(auth, "Signature=98ad721746da40c64f1a55b78f14c238d841ea1380cd77a1b5971af0ec"
+                           "e108bd") != NULL,
+              "got %s", auth);
+    free(creq);
+    free(auth);
+}
+
+Test(sigv4, s3_write_requests_canonical_forms)
+{
+    /* CreateMultipartUpload: the value-less "uploads" parameter is "uploads=" */
+    struct sigv4_pair h[] = {{"Host", "h"},
+                             {"x-amz-content-sha256", SIGV4_UNSIGNED_PAYLOAD},
+                             {"x-amz-copy-source", "/bkt/a%20b/c"},
+                             {"x-amz-date", "20130524T000000Z"}};
+    struct sigv4_pair q[] = {{"uploads", ""}};
+    struct sigv4_request req = {"POST", "/bkt/k", q, 1, h, 2, SIGV4_EMPTY_SHA256};
+    char *creq = sigv4_canonical_request(&req, NULL);
+    cr_expect_str_eq(creq, "POST\n/bkt/k\nuploads=\nhost:h\nx-amz-content-sha256:"
+                           "UNSIGNED-PAYLOAD\n\nhost;x-amz-content-sha256\n" SIGV4_EMPTY_SHA256);
+    free(creq);
+    /* UploadPart with UNSIGNED-PAYLOAD; a copy source header is signed as sent */
+    struct sigv4_pair q2[] = {{"uploadId", "a/b+c="}, {"partNumber", "10"}};
+    struct sigv4_request req2 = {"PUT", "/bkt/k", q2, 2, h, 4, SIGV4_UNSIGNED_PAYLOAD};
+    char *sh = NULL;
+    creq = sigv4_canonical_request(&req2, &sh);
+    cr_expect_str_eq(creq, "PUT\n/bkt/k\npartNumber=10&uploadId=a%2Fb%2Bc%3D\nhost:h\n"
+                           "x-amz-content-sha256:UNSIGNED-PAYLOAD\n"
+                           "x-amz-copy-source:/bkt/a%20b/c\nx-amz-date:20130524T000000Z\n\n"
+                           "host;x-amz-content-sha256;x-amz-copy-source;x-amz-date\n"
+                           "UNSIGNED-PAYLOAD");
+    cr_expect_str_eq(sh, "host;x-amz-content-sha256;x-amz-copy-source;x-amz-date");
+    free(creq);
+    free(sh);
+}
+
 /* ---- encoding and trimming ---------------------------------------------- */
 
 Test(sigv4, uri_encode_s3_path_keeps_slashes_encodes_once)
