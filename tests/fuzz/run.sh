@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # tests/fuzz/run.sh SECONDS - build the libFuzzer targets with clang and fuzz
-# each of them for SECONDS (default 60), seeded from the shared fixtures.
+# each of them for SECONDS (default 60), seeded from the shared fixtures (and
+# tests/data/journal for the journal's records).
 # Fails (exit 1) on any crash, sanitizer report, leak, timeout or OOM; the
 # reproducer is left in $BUILD/tests/fuzz/artifacts/. Corpora persist in
 # $BUILD/tests/fuzz/corpus/ between runs.
@@ -15,7 +16,7 @@ here=$repo/tests/fuzz
 
 cmake -S "$repo" -B "$build" -DCMAKE_C_COMPILER=clang -DCKPTFS_FUZZ=ON -DCKPTFS_TESTS=OFF \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-make -C "$build" -j2 fuzz_pickle fuzz_dcp fuzz_safetensors >/dev/null
+make -C "$build" -j2 fuzz_pickle fuzz_dcp fuzz_safetensors fuzz_journal >/dev/null
 
 out=$build/tests/fuzz
 mkdir -p "$out/artifacts"
@@ -34,13 +35,15 @@ seed fuzz_pickle "${pickles[@]}" "${regress[@]}"
 seed fuzz_dcp "${pickles[@]}" "${regress[@]}"
 seed fuzz_safetensors "${regress[@]}" "$fix"/safetensors/*.safetensors "$fix"/safetensors/*/*.safetensors \
   "$fix"/safetensors/*/*.json "$fix"/malformed/st_*.safetensors
+seed fuzz_journal "$repo"/tests/data/journal/*.rec
 
 status=0
-for t in fuzz_pickle fuzz_dcp fuzz_safetensors; do
-  dict=$here/pickle.dict
-  [ $t = fuzz_safetensors ] && dict=$here/safetensors.dict
+for t in fuzz_pickle fuzz_dcp fuzz_safetensors fuzz_journal; do
+  dict=(-dict="$here/pickle.dict")
+  [ $t = fuzz_safetensors ] && dict=(-dict="$here/safetensors.dict")
+  [ $t = fuzz_journal ] && dict=() # a binary record format: no tokens to suggest
   echo "== $t: ${secs}s"
-  if ! "$out/$t" "$out/corpus/$t" -dict="$dict" -max_total_time="$secs" -timeout=10 \
+  if ! "$out/$t" "$out/corpus/$t" "${dict[@]}" -max_total_time="$secs" -timeout=10 \
        -rss_limit_mb=2048 -max_len=65536 -print_final_stats=1 \
        -artifact_prefix="$out/artifacts/$t-" >"$out/$t.log" 2>&1; then
     echo "FAIL: $t (see $out/$t.log)"
