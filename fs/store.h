@@ -90,6 +90,14 @@ struct store_ops {
      * an object. */
     int (*list)(struct store *s, const char *dir, store_list_fn fn, void *arg);
 
+    /* Optional: every object at any depth below directory dir, named by its
+     * path relative to dir ("sub/file"; a directory marker "sub/"), in key
+     * order; fn returning non-zero stops it (then 0 is returned). An empty
+     * or missing dir gives no entries. Lookups list directories with it where
+     * list() cannot be trusted to report a directory that holds only
+     * directories (s3rver 3.7.1 omits such common prefixes). */
+    int (*list_below)(struct store *s, const char *dir, store_list_fn fn, void *arg);
+
     /* Read up to len bytes of path at offset off into buf; *nread is set to
      * the count read (short only at end of object). If etag is non-NULL and
      * non-empty and the object no longer has that etag, fails with -ESTALE

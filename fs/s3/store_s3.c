@@ -309,6 +309,43 @@ static int s3_list(struct store *base, const char *dir, store_list_fn fn, void *
     return rc;
 }
 
+/* Every key below dir, any depth, relative to dir: ListObjectsV2 without a
+ * delimiter, page by page until fn says stop. */
+static int s3_list_below(struct store *base, const char *dir, store_list_fn fn, void *arg)
+{
+    struct s3_store *s = (struct s3_store *)base;
+    char *prefix = s3_store_dir_prefix(s, dir);
+    if (!prefix)
+        return -ENOMEM;
+    size_t plen = strlen(prefix);
+    char *token = NULL;
+    int rc = 0, stopped = 0;
+    do {
+        struct s3_list_query lq = {.prefix = prefix, .token = token, .max_retries = s->max_retries};
+        struct s3_list_page page;
+        rc = s3_client_list_page(s->client, &lq, &page);
+        free(token);
+        token = NULL;
+        if (rc < 0)
+            break;
+        for (size_t i = 0; i < page.nobjects && !stopped; i++) {
+            const struct s3_object *o = &page.objects[i];
+            if (strncmp(o->key, prefix, plen) != 0 || !o->key[plen])
+                continue; /* not below, or dir's own marker */
+            struct store_stat st = {.size = o->size, .mtime = o->mtime};
+            memcpy(st.etag, o->etag, sizeof st.etag);
+            stopped = fn(arg, o->key + plen, &st) != 0;
+        }
+        if (page.is_truncated && !stopped) {
+            token = page.next_token;
+            page.next_token = NULL;
+        }
+        s3_list_page_free(&page);
+    } while (token);
+    free(prefix);
+    return rc;
+}
+
 /* ---- read --------------------------------------------------------------- */
 
 struct read_want {
@@ -403,6 +440,7 @@ static const struct store_ops s3_ops = {
     .scheme = "s3",
     .stat = s3_stat,
     .list = s3_list,
+    .list_below = s3_list_below,
     .read = s3_read,
     .put = s3_store_put,
     .mpu_begin = s3_store_mpu_begin,
@@ -412,7 +450,8 @@ static const struct store_ops s3_ops = {
     .mpu_list = s3_store_mpu_list,
     .copy = s3_store_copy,
     .remove = s3_store_remove,
-    .rmdir = s3_store_rmdir, /* mkdir, rename: NULL (directories are key prefixes) */
+    .mkdir = s3_store_mkdir, /* a "dir/" marker object */
+    .rmdir = s3_store_rmdir, /* rename: NULL (directories are key prefixes) */
     .destroy = s3_destroy,
 };
 

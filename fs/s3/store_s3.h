@@ -53,6 +53,8 @@ int s3_store_copy(struct store *s, const char *from, const char *etag, uint64_t 
                   const char *to, char etag_out[STORE_ETAG_MAX]);
 int s3_store_remove(struct store *s, const char *path);
 int s3_store_rmdir(struct store *s, const char *path);
+/* An empty "dir/" marker object: the directory exists for every mount. */
+int s3_store_mkdir(struct store *s, const char *path);
 
 /* Server-side copy of key from_key (size bytes, version etag if non-empty,
  * else the version a HEAD finds) to to_key as a multipart upload of

@@ -670,6 +670,30 @@ int s3_store_remove(struct store *base, const char *path)
     return rc;
 }
 
+int s3_store_mkdir(struct store *base, const char *path)
+{
+    struct s3_store *s = (struct s3_store *)base;
+    if (!*path)
+        return -EEXIST; /* the store's root */
+    char *prefix = s3_store_dir_prefix(s, path);
+    if (!prefix)
+        return -ENOMEM;
+    /* A "dir/" marker object (empty, hidden from listings), so that the
+     * directory exists for every mount of the bucket before a file is in it:
+     * DCP's coordinator makes the checkpoint directory, and the other nodes'
+     * ranks create their shard files in it. */
+    struct s3_request rq = {.what = "PUT",
+                            .method = "PUT",
+                            .key = prefix,
+                            .max_retries = s->max_retries,
+                            .counter = &s->base.counters.put_requests};
+    struct s3_response rs;
+    int rc = result_of(s, &rq, &rs, s3_client_perform(s->client, &rq, &rs));
+    s3_response_free(&rs);
+    free(prefix);
+    return rc;
+}
+
 int s3_store_rmdir(struct store *base, const char *path)
 {
     struct s3_store *s = (struct s3_store *)base;

@@ -625,6 +625,31 @@ static int mem_remove(struct store *s, const char *path)
     return leave(m, rc, lost);
 }
 
+/* mkdir: an empty "dir/" marker object, as the S3 store makes. */
+static int mem_mkdir(struct store *s, const char *path)
+{
+    struct mem_store *m = to_mem(s);
+    struct mem_call c = {.op = MEM_OP_MKDIR, .path = path};
+    int lost, rc = enter(m, &c, &lost);
+    atomic_fetch_add(&s->counters.put_requests, 1);
+    if (rc == 0 && !key_ok(path))
+        rc = -EINVAL;
+    if (rc == 0) {
+        size_t n = strlen(path);
+        char *marker = xrealloc(NULL, n + 2);
+        memcpy(marker, path, n);
+        memcpy(marker + n, "/", 2);
+        pthread_mutex_lock(&m->lock);
+        if (find_obj(m, path) || has_prefix(m, path))
+            rc = -EEXIST;
+        else
+            set_obj(m, marker, xrealloc(NULL, 1), 0, "\"marker\"");
+        pthread_mutex_unlock(&m->lock);
+        free(marker);
+    }
+    return leave(m, rc, lost);
+}
+
 /* rmdir: a directory is a prefix; it can go only when nothing but its own
  * "dir/" marker is under it, and going means deleting the marker. */
 static int mem_rmdir(struct store *s, const char *path)
@@ -684,6 +709,7 @@ static const struct store_ops mem_ops = {
     .mpu_list = mem_mpu_list,
     .copy = mem_copy,
     .remove = mem_remove,
+    .mkdir = mem_mkdir,
     .rmdir = mem_rmdir,
     .destroy = mem_destroy,
 };

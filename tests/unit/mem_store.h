@@ -6,9 +6,10 @@
  * from listings); stat, list, read (etag checked: -ESTALE), put, multipart
  * uploads with real semantics (parts kept per upload id, replaced when sent
  * again, assembled by complete, dropped by abort, found by mpu_list), copy,
- * remove (-EISDIR for a prefix) and rmdir (deletes the "dir/" marker of a
- * directory with nothing else under it, else -ENOTEMPTY; -ENOENT without a
- * marker); mkdir, rename and open_fd are NULL, as on S3. Etags are
+ * remove (-EISDIR for a prefix), mkdir (an empty "dir/" marker, as the S3
+ * store writes) and rmdir (deletes the "dir/" marker of a directory with
+ * nothing else under it, else -ENOTEMPTY; -ENOENT without a marker); rename
+ * and open_fd are NULL, as on S3. Etags are
  * content hashes (the same bytes written again give the same etag, as S3's
  * MD5s do). Requests are counted in the store's counters like the S3 backend
  * counts them. Thread-safe (one mutex).
@@ -38,6 +39,7 @@ enum mem_op {
     MEM_OP_COPY,
     MEM_OP_REMOVE,
     MEM_OP_RMDIR,
+    MEM_OP_MKDIR,
     MEM_OP_COUNT,
     MEM_OP_ALL = MEM_OP_COUNT /* for mem_store_fail / mem_store_delay: every op */
 };

@@ -103,20 +103,26 @@ Test(mem_store, namespace_and_reads_like_s3)
     cr_assert(got == 4 && memcmp(buf, "ello", 4) == 0);
     cr_assert_eq(s->ops->read(s, "a/b/c", "other", 0, 1, buf, &got), -ESTALE);
     cr_assert_eq(s->ops->read(s, "a", NULL, 0, 1, buf, &got), -ENOENT);
-    cr_assert_null(s->ops->mkdir);
     cr_assert_null(s->ops->rename);
     cr_assert_null(s->ops->open_fd);
     cr_assert_eq(s->ops->remove(s, "a"), -EISDIR);
     cr_assert_eq(s->ops->rmdir(s, "a"), -ENOTEMPTY);
     cr_assert_eq(s->ops->rmdir(s, "empty"), 0);
     cr_assert_eq(s->ops->rmdir(s, "empty"), -ENOENT);
+    cr_assert_eq(s->ops->mkdir(s, "made"), 0); /* a marker: listed as a directory */
+    cr_assert_eq(s->ops->mkdir(s, "made"), -EEXIST);
+    cr_assert_eq(s->ops->mkdir(s, "a"), -EEXIST);
+    struct store_stat ms;
+    cr_assert_eq(s->ops->stat(s, "made", &ms), 0);
+    cr_assert(ms.is_dir);
+    cr_assert_eq(s->ops->rmdir(s, "made"), 0);
     cr_assert_eq(s->ops->remove(s, "a/x"), 0);
     cr_assert_eq(s->ops->remove(s, "a/x"), -ENOENT);
-    cr_assert_eq(atomic_load(&s->counters.head_requests), 4);
+    cr_assert_eq(atomic_load(&s->counters.head_requests), 5);
     cr_assert_eq(atomic_load(&s->counters.list_requests), 4);
     cr_assert_eq(atomic_load(&s->counters.get_requests), 3);
     cr_assert_eq(atomic_load(&s->counters.get_bytes), 4);
-    cr_assert_eq(atomic_load(&s->counters.delete_requests), 6);
+    cr_assert_eq(atomic_load(&s->counters.delete_requests), 7);
 }
 
 Test(mem_store, put_and_copy)

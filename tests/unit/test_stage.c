@@ -1,0 +1,581 @@
+/* tests/unit/test_stage.c - the write path (stage.c, upload.c, commit.c,
+ * recover.c) against the in-memory store: one PUT or a streamed multipart
+ * upload, parts sent again after a rewrite, retries, lost answers, a
+ * multipart upload the store forgot, unlink and rename during uploads,
+ * commit ordering and its timeout, the staging budget, and recovery from the
+ * journal after an unmount that could not upload. Parts are 64 KiB here
+ * (the mem store is told to accept them) so tests stay small. */
+#include "mem_store.h"
+#include "stage.h"
+#include "test_util.h"
+
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define KiB 1024u
+#define PART (64 * KiB)
+
+static char dir[] = "/tmp/ckptfs-test-stage-XXXXXX";
+static struct mem_store *mem;
+static struct stage *st;
+static struct stage_config cfg;
+
+static void open_stage(void)
+{
+    char err[256] = "";
+    cr_assert_eq(stage_open(mem_store_base(mem), "mem://test", &cfg, &st, err, sizeof err), 0, "%s",
+                 err);
+}
+
+static void setup(void)
+{
+    cr_assert_not_null(mkdtemp(dir));
+    mem = mem_store_new();
+    mem_store_set_min_part(mem, 0);
+    stage_config_defaults(&cfg);
+    cfg.dir = dir;
+    cfg.part_size = PART;
+    cfg.upload_workers = 4;
+    cfg.hold_seconds = 0.2;
+    cfg.retry_max_delay = 0.05;
+    cfg.commit_timeout = 20;
+    open_stage();
+}
+
+static void rm_tree(const char *path)
+{
+    DIR *d = opendir(path);
+    if (!d) {
+        unlink(path);
+        return;
+    }
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        char p[1024];
+        snprintf(p, sizeof p, "%s/%s", path, e->d_name);
+        rm_tree(p);
+    }
+    closedir(d);
+    rmdir(path);
+}
+
+static void teardown(void)
+{
+    stage_close(st);
+    mem_store_free(mem);
+    rm_tree(dir);
+}
+
+TestSuite(stage, .init = setup, .fini = teardown, .timeout = 60);
+
+static unsigned char *pattern(size_t n, unsigned seed)
+{
+    unsigned char *b = malloc(n + 1);
+    for (size_t i = 0; i < n; i++)
+        b[i] = (unsigned char)((i * 2654435761u + seed * 40503u) >> 11);
+    return b;
+}
+
+/* Write data to a new staged file at path in chunks, then close it:
+ * close() must return flush_rc. */
+static void write_closing(const char *path, const unsigned char *data, size_t n, size_t chunk,
+                          int flush_rc)
+{
+    struct wfile *wf;
+    cr_assert_eq(stage_create(st, path, &wf), 0);
+    stage_writer_open(st, wf);
+    for (size_t off = 0; off < n; off += chunk) {
+        size_t len = n - off < chunk ? n - off : chunk;
+        cr_assert_eq(stage_write(st, wf, data + off, len, off), (ssize_t)len);
+    }
+    cr_assert_eq(stage_flush(st, wf), flush_rc);
+    stage_writer_close(st, wf);
+    stage_put(st, wf);
+}
+
+static void write_whole(const char *path, const unsigned char *data, size_t n, size_t chunk)
+{
+    write_closing(path, data, n, chunk, 0);
+}
+
+/* A failed upload attempt makes sync fail (-EIO) while the next attempt is
+ * made in the background: sync until everything is there. Returns the
+ * number of failed syncs. */
+static int sync_until_ok(void)
+{
+    for (int failed = 0; failed < 50; failed++) {
+        int rc = stage_sync(st, "");
+        if (rc == 0)
+            return failed;
+        cr_assert_eq(rc, -EIO);
+        usleep(20000);
+    }
+    cr_assert_fail("sync never succeeded");
+    return -1;
+}
+
+static void assert_stored(const char *path, const unsigned char *want, size_t n)
+{
+    size_t len = 0;
+    unsigned char *got = mem_store_get(mem, path, &len);
+    cr_assert_not_null(got, "%s is not on the store", path);
+    cr_assert_eq(len, n, "%s: %zu bytes, want %zu", path, len, n);
+    cr_assert(memcmp(got, want, n) == 0, "%s: bytes differ", path);
+    free(got);
+}
+
+/* 1 if the store has an object at path. */
+static int stored(const char *path)
+{
+    size_t len;
+    void *b = mem_store_get(mem, path, &len);
+    free(b);
+    return b != NULL;
+}
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+Test(stage, small_file_is_one_put)
+{
+    unsigned char *d = pattern(1000, 1);
+    write_whole("a/small", d, 1000, 300);
+    cr_assert_eq(stage_sync(st, ""), 0);
+    assert_stored("a/small", d, 1000);
+    cr_assert_eq(mem_store_calls(mem, MEM_OP_PUT), 1);
+    cr_assert_eq(mem_store_calls(mem, MEM_OP_MPU_BEGIN), 0);
+    struct stage_stats s;
+    stage_get_stats(st, &s);
+    cr_assert_eq(s.pending_files, 0);
+    cr_assert_eq(s.staged_bytes, 0, "a published, closed file leaves staging");
+    free(d);
+}
+
+Test(stage, large_file_streams_parts_before_close)
+{
+    size_t n = 6 * PART + 100;
+    unsigned char *d = pattern(n, 2);
+    struct wfile *wf;
+    cr_assert_eq(stage_create(st, "big", &wf), 0);
+    stage_writer_open(st, wf);
+    for (size_t off = 0; off < 5 * PART; off += PART)
+        cr_assert_eq(stage_write(st, wf, d + off, PART, off), (ssize_t)PART);
+    /* still open: whole written parts go up while the writer writes on */
+    double t0 = now();
+    while (mem_store_calls(mem, MEM_OP_MPU_PART) < 4 && now() - t0 < 10)
+        usleep(1000);
+    cr_assert_geq(mem_store_calls(mem, MEM_OP_MPU_PART), 4, "parts must stream before close");
+    cr_assert_eq(mem_store_calls(mem, MEM_OP_MPU_COMPLETE), 0);
+    cr_assert_not(stored("big"), "nothing visible before complete");
+    cr_assert_eq(stage_write(st, wf, d + 5 * PART, n - 5 * PART, 5 * PART),
+                 (ssize_t)(n - 5 * PART));
+    stage_writer_close(st, wf);
+    stage_put(st, wf);
+    cr_assert_eq(stage_sync(st, ""), 0);
+    assert_stored("big", d, n);
+    cr_assert_eq(mem_store_calls(mem, MEM_OP_MPU_PART), 7, "each part once");
+    cr_assert_eq(mem_store_uploads_in_progress(mem), 0);
+    free(d);
+}
+
+Test(stage, a_part_written_again_is_sent_again)
+{
+    size_t n = 3 * PART + 10;
+    unsigned char *d = pattern(n, 3);
+    struct wfile *wf;
+    cr_assert_eq(stage_create(st, "rw", &wf), 0);
+    stage_writer_open(st, wf);
+    cr_assert_eq(stage_write(st, wf, d, n, 0), (ssize_t)n);
+    double t0 = now();
+    while (mem_store_calls(mem, MEM_OP_MPU_PART) < 3 && now() - t0 < 10)
+        usleep(1000);
+    cr_assert_eq(mem_store_calls(mem, MEM_OP_MPU_PART), 3);
+    memset(d + 10, 'Z', 100); /* part 1 changes after it was sent */
+    cr_assert_eq(stage_write(st, wf, d + 10, 100, 10), 100);
+    stage_writer_close(st, wf);
+    stage_put(st, wf);
+    cr_assert_eq(stage_sync(st, ""), 0);
+    assert_stored("rw", d, n);
+    cr_assert_eq(mem_store_calls(mem, MEM_OP_MPU_PART), 5, "part 1 again, and the short last");
+    free(d);
+}
+
+Test(stage, failed_upload_is_reported_then_retried)
+{
+    mem_store_fail(mem, MEM_OP_PUT, -EIO, 2);
+    unsigned char *d = pattern(500, 4);
+    struct wfile *wf;
+    cr_assert_eq(stage_create(st, "flaky", &wf), 0);
+    stage_writer_open(st, wf);
+    cr_assert_eq(stage_write(st, wf, d, 500, 0), 500);
+    cr_assert_eq(stage_fsync(st, wf), -EIO, "remote fsync reports the failed attempt");
+    stage_writer_close(st, wf);
+    stage_put(st, wf);
+    sync_until_ok(); /* the staged data is kept and retried */
+    assert_stored("flaky", d, 500);
+    cr_assert_eq(mem_store_calls(mem, MEM_OP_PUT), 3);
+    free(d);
+}
+
+Test(stage, staged_fsync_returns_without_the_store)
+{
+    stage_close(st);
+    cfg.fsync_remote = 0;
+    open_stage();
+    mem_store_delay(mem, MEM_OP_PUT, 300000); /* 0.3 s per PUT */
+    unsigned char *d = pattern(500, 5);
+    struct wfile *wf;
+    cr_assert_eq(stage_create(st, "async", &wf), 0);
+    stage_writer_open(st, wf);
+    cr_assert_eq(stage_write(st, wf, d, 500, 0), 500);
+    double t0 = now();
+    cr_assert_eq(stage_fsync(st, wf), 0);
+    cr_assert_lt(now() - t0, 0.25, "staged fsync waited for the store");
+    cr_assert_not(stored("async"));
+    stage_writer_close(st, wf);
+    stage_put(st, wf);
+    cr_assert_eq(stage_sync(st, ""), 0);
+    assert_stored("async", d, 500);
+    free(d);
+}
+
+Test(stage, lost_complete_answer_is_success)
+{
+    mem_store_lose_answer(mem, MEM_OP_MPU_COMPLETE, -EIO, 1);
+    size_t n = 2 * PART + 1;
+    unsigned char *d = pattern(n, 6);
+    write_whole("lost", d, n, PART);
+    sync_until_ok();
+    assert_stored("lost", d, n);
+    cr_assert_eq(mem_store_uploads_in_progress(mem), 0);
+    free(d);
+}
+
+Test(stage, forgotten_multipart_upload_starts_over)
+{
+    mem_store_fail(mem, MEM_OP_MPU_COMPLETE, -ENOENT, 1); /* NoSuchUpload */
+    size_t n = 2 * PART + 5;
+    unsigned char *d = pattern(n, 7);
+    write_whole("again", d, n, PART);
+    sync_until_ok();
+    assert_stored("again", d, n);
+    cr_assert_eq(mem_store_calls(mem, MEM_OP_MPU_BEGIN), 2);
+    free(d);
+}
+
+Test(stage, unlink_during_upload_aborts_it)
+{
+    mem_store_delay(mem, MEM_OP_MPU_PART, 100000);
+    size_t n = 4 * PART;
+    unsigned char *d = pattern(n, 8);
+    struct wfile *wf;
+    cr_assert_eq(stage_create(st, "doomed", &wf), 0);
+    stage_writer_open(st, wf);
+    cr_assert_eq(stage_write(st, wf, d, n, 0), (ssize_t)n);
+    double t0 = now();
+    while (mem_store_calls(mem, MEM_OP_MPU_PART) < 1 && now() - t0 < 10)
+        usleep(1000);
+    cr_assert_eq(stage_unlink(st, "doomed"), 0);
+    stage_writer_close(st, wf);
+    stage_put(st, wf);
+    cr_assert_eq(stage_sync(st, ""), 0);
+    t0 = now();
+    while (mem_store_uploads_in_progress(mem) && now() - t0 < 10)
+        usleep(1000);
+    cr_assert_eq(mem_store_uploads_in_progress(mem), 0, "the upload was aborted");
+    cr_assert_not(stored("doomed"));
+    cr_assert_eq(mem_store_calls(mem, MEM_OP_MPU_COMPLETE), 0);
+    free(d);
+}
+
+static atomic_int put_of_old_name;
+
+static void watch_old_name(void *arg, const struct mem_call *c)
+{
+    (void)arg;
+    if ((c->op == MEM_OP_PUT || c->op == MEM_OP_MPU_BEGIN) && strcmp(c->path, "x.tmp") == 0)
+        atomic_store(&put_of_old_name, 1);
+}
+
+Test(stage, rename_of_a_held_file_uploads_only_the_new_name)
+{
+    mem_store_set_hook(mem, watch_old_name, NULL);
+    unsigned char *d = pattern(300, 9);
+    write_whole("x.tmp", d, 300, 300);
+    cr_assert_eq(stage_rename(st, "x.tmp", "x"), 0);
+    cr_assert_eq(stage_sync(st, ""), 0);
+    assert_stored("x", d, 300);
+    cr_assert_not(stored("x.tmp"));
+    cr_assert_eq(atomic_load(&put_of_old_name), 0, "the temporary name went to the store");
+    free(d);
+}
+
+Test(stage, a_held_file_never_renamed_is_uploaded_after_its_hold)
+{
+    unsigned char *d = pattern(300, 10);
+    write_whole("left.tmp", d, 300, 300);
+    double t0 = now();
+    while (!stored("left.tmp") && now() - t0 < 10)
+        usleep(10000);
+    assert_stored("left.tmp", d, 300);
+    cr_assert_geq(now() - t0, 0.1, "uploaded before its hold expired");
+    free(d);
+}
+
+/* ---- commit ordering with a real torch 1.13 checkpoint ---- */
+
+#define CKPT CKPTFS_FIXTURES "/dcp-torch1.13/per_item"
+
+static atomic_int metadata_too_early;
+
+static void check_metadata_order(void *arg, const struct mem_call *c)
+{
+    (void)arg;
+    if (c->op != MEM_OP_PUT || strcmp(c->path, "ck/.metadata") != 0)
+        return;
+    DIR *d = opendir(CKPT);
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (!strstr(e->d_name, ".distcp"))
+            continue;
+        char key[512], path[1024];
+        snprintf(key, sizeof key, "ck/%s", e->d_name);
+        snprintf(path, sizeof path, "%s/%s", CKPT, e->d_name);
+        struct stat sb;
+        stat(path, &sb);
+        size_t len = 0;
+        void *got = mem_store_get(mem, key, &len);
+        if (!got || len != (size_t)sb.st_size)
+            atomic_store(&metadata_too_early, 1);
+        free(got);
+    }
+    closedir(d);
+}
+
+static void stage_fixture_file(const char *name, const char *as)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", CKPT, name);
+    size_t n;
+    char *b = slurp(path, &n);
+    write_whole(as, (unsigned char *)b, n, 4096);
+    free(b);
+}
+
+Test(stage, metadata_waits_for_every_shard_it_names)
+{
+    stage_close(st); /* staged mode: closing the .metadata does not wait */
+    cfg.fsync_remote = 0;
+    open_stage();
+    mem_store_set_hook(mem, check_metadata_order, NULL);
+    mem_store_delay(mem, MEM_OP_PUT, 20000);
+    /* .metadata first, then the shards: it must still go last */
+    stage_fixture_file(".metadata", "ck/.metadata");
+    DIR *d = opendir(CKPT);
+    struct dirent *e;
+    int shards = 0;
+    while ((e = readdir(d))) {
+        if (!strstr(e->d_name, ".distcp"))
+            continue;
+        char as[512];
+        snprintf(as, sizeof as, "ck/%s", e->d_name);
+        stage_fixture_file(e->d_name, as);
+        shards++;
+    }
+    closedir(d);
+    cr_assert_gt(shards, 2);
+    cr_assert_eq(stage_sync(st, ""), 0);
+    cr_assert(stored("ck/.metadata"));
+    cr_assert_eq(atomic_load(&metadata_too_early), 0, ".metadata reached the store too early");
+    struct stage_stats s;
+    stage_get_stats(st, &s);
+    cr_assert_eq(s.commits, 1);
+}
+
+Test(stage, metadata_naming_a_missing_shard_times_out)
+{
+    stage_close(st);
+    cfg.commit_timeout = 0.5;
+    open_stage();
+    char path[1024];
+    snprintf(path, sizeof path, "%s/.metadata", CKPT);
+    size_t n;
+    char *b = slurp(path, &n);
+    double t0 = now();
+    /* and no shards at all: in remote mode its close waits, then fails */
+    write_closing("ck/.metadata", (unsigned char *)b, n, 4096, -EIO);
+    cr_assert_geq(now() - t0, 0.3);
+    free(b);
+    cr_assert_not(stored("ck/.metadata"), "published anyway");
+    struct stage_stats s;
+    stage_get_stats(st, &s);
+    cr_assert_eq(s.commit_timeouts, 1);
+    cr_assert_eq(s.pending_files, 1, "the .metadata stays staged");
+}
+
+Test(stage, metadata_counts_shards_written_by_another_node)
+{
+    stage_close(st);
+    cfg.fsync_remote = 0;
+    open_stage();
+    /* The shards arrive on the store from elsewhere (another mount), later. */
+    stage_fixture_file(".metadata", "ck/.metadata");
+    usleep(300000);
+    cr_assert_not(stored("ck/.metadata"));
+    DIR *d = opendir(CKPT);
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (!strstr(e->d_name, ".distcp"))
+            continue;
+        char key[512], path[1024];
+        snprintf(key, sizeof key, "ck/%s", e->d_name);
+        snprintf(path, sizeof path, "%s/%s", CKPT, e->d_name);
+        size_t n;
+        char *b = slurp(path, &n);
+        mem_store_set(mem, key, b, n, NULL);
+        free(b);
+    }
+    closedir(d);
+    cr_assert_eq(stage_sync(st, ""), 0);
+    cr_assert(stored("ck/.metadata"));
+}
+
+/* ---- staging space ---- */
+
+Test(stage, writers_wait_for_room_then_proceed)
+{
+    stage_close(st);
+    cfg.budget = 5 * PART;
+    open_stage();
+    mem_store_delay(mem, MEM_OP_MPU_PART, 50000);
+    size_t n = 4 * PART;
+    unsigned char *a = pattern(n, 11), *b = pattern(n, 12);
+    write_whole("one", a, n, PART);
+    write_whole("two", b, n, PART); /* 8 parts > the budget of 5: waits for "one" */
+    cr_assert_eq(stage_sync(st, ""), 0);
+    assert_stored("one", a, n);
+    assert_stored("two", b, n);
+    struct stage_stats s;
+    stage_get_stats(st, &s);
+    cr_assert_geq(s.budget_waits, 1);
+    free(a);
+    free(b);
+}
+
+Test(stage, enospc_when_nothing_can_drain)
+{
+    stage_close(st);
+    cfg.budget = 2 * PART;
+    open_stage();
+    unsigned char *d = pattern(3 * PART, 13);
+    struct wfile *wf;
+    cr_assert_eq(stage_create(st, "hold.tmp", &wf), 0); /* held: nothing streams */
+    stage_writer_open(st, wf);
+    cr_assert_eq(stage_write(st, wf, d, 2 * PART, 0), (ssize_t)(2 * PART));
+    cr_assert_eq(stage_write(st, wf, d + 2 * PART, PART, 2 * PART), -ENOSPC);
+    stage_writer_close(st, wf);
+    stage_put(st, wf);
+    free(d);
+}
+
+/* ---- recovery ---- */
+
+static int count_files(const char *path)
+{
+    DIR *d = opendir(path);
+    if (!d)
+        return 0;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.')
+            continue;
+        char p[1024];
+        snprintf(p, sizeof p, "%s/%s", path, e->d_name);
+        struct stat sb;
+        if (stat(p, &sb) == 0)
+            n += S_ISDIR(sb.st_mode) ? count_files(p) : 1;
+    }
+    closedir(d);
+    return n;
+}
+
+Test(stage, remount_uploads_sealed_files_and_keeps_unsealed_ones)
+{
+    mem_store_fail(mem, MEM_OP_ALL, -EIO, -1); /* the store is down */
+    unsigned char *a = pattern(1000, 14), *b = pattern(2000, 15);
+    struct wfile *wf;
+    cr_assert_eq(stage_create(st, "r/sealed", &wf), 0);
+    stage_writer_open(st, wf);
+    cr_assert_eq(stage_write(st, wf, a, 1000, 0), 1000);
+    int rc = stage_flush(st, wf); /* its upload may fail before close returns */
+    cr_assert(rc == 0 || rc == -EIO, "close: %d", rc);
+    stage_writer_close(st, wf);
+    stage_put(st, wf);
+    cr_assert_eq(stage_create(st, "r/open", &wf), 0);
+    stage_writer_open(st, wf);
+    cr_assert_eq(stage_write(st, wf, b, 2000, 0), 2000);
+    /* The mount ends while "r/open" is still being written (its handle was
+     * never released) and "r/sealed" could not be uploaded. */
+    stage_close(st);
+    st = NULL;
+    mem_store_fail(mem, MEM_OP_ALL, 0, 0); /* the store is back */
+    open_stage();
+    cr_assert_eq(stage_sync(st, ""), 0);
+    assert_stored("r/sealed", a, 1000);
+    cr_assert_not(stored("r/open"), "an unsealed file was published");
+    char rec[512];
+    snprintf(rec, sizeof rec, "%s/recovered", dir);
+    cr_assert_eq(count_files(rec), 1, "the unsealed file's bytes are kept in recovered/");
+    struct stage_stats s;
+    stage_get_stats(st, &s);
+    cr_assert_eq(s.recovered_files, 1);
+    free(a);
+    free(b);
+}
+
+Test(stage, remount_resumes_a_multipart_upload)
+{
+    mem_store_fail(mem, MEM_OP_MPU_COMPLETE, -EIO, -1);
+    size_t n = 5 * PART + 3;
+    unsigned char *d = pattern(n, 16);
+    write_whole("resume", d, n, PART);
+    double t0 = now();
+    while (mem_store_calls(mem, MEM_OP_MPU_COMPLETE) < 1 && now() - t0 < 10)
+        usleep(1000);
+    uint64_t parts_before = mem_store_calls(mem, MEM_OP_MPU_PART);
+    cr_assert_eq(parts_before, 6);
+    stage_close(st);
+    st = NULL;
+    mem_store_fail(mem, MEM_OP_MPU_COMPLETE, 0, 0);
+    open_stage();
+    cr_assert_eq(stage_sync(st, ""), 0);
+    assert_stored("resume", d, n);
+    cr_assert_eq(mem_store_calls(mem, MEM_OP_MPU_PART), parts_before,
+                 "parts in the journal were sent again");
+    cr_assert_eq(mem_store_uploads_in_progress(mem), 0);
+    free(d);
+}
+
+Test(stage, a_second_mount_of_the_same_cache_dir_is_refused)
+{
+    struct stage *other = NULL;
+    char err[256] = "";
+    cr_assert_eq(stage_open(mem_store_base(mem), "mem://test", &cfg, &other, err, sizeof err),
+                 -EBUSY);
+    cr_assert(strstr(err, "in use") != NULL, "%s", err);
+}
