@@ -521,7 +521,8 @@ void cache_release_behind(struct cache *c, struct cache_obj *o, uint64_t from, u
 
 void cache_cancel(struct cache *c)
 {
-    atomic_store(&c->stopping, 1);
+    if (c)
+        atomic_store(&c->stopping, 1);
 }
 
 void cache_get_stats(struct cache *c, struct cache_stats *out)

@@ -1,5 +1,8 @@
 /*
- * fs/core.c - filesystem logic without FUSE (see core.h).
+ * fs/core.c - filesystem logic without FUSE (see core.h): the metadata
+ * cache, lookups and listings (the store's answers with the staging overlay
+ * on top), opening and reading files, statistics, and the core's life
+ * cycle. Changes to files and names are in core_write.c.
  *
  * Metadata cache: a chained hash from store path to the store's answer
  * (attributes, or ENOENT) with an expiry time. Listings fill it, so that
@@ -7,17 +10,12 @@
  * entry. It is bounded: past META_MAX_ENTRIES, expired entries are purged
  * and, if that is not enough, everything is dropped.
  *
- * Lock order: core->meta_lock, then nothing; a file's ra_lock, then the
- * cache's lock (inside cache_prefetch).
+ * Lock order: see core_internal.h.
  */
-#include "core.h"
+#include "core_internal.h"
 
-#include "cache.h"
-#include "ckindex.h"
 #include "log.h"
-#include "readahead.h"
 #include "strutil.h"
-#include "workq.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -31,53 +29,7 @@
 
 #define META_MAX_ENTRIES 262144
 #define META_BUCKETS 65536
-
-struct meta_entry {
-    struct meta_entry *next;
-    double expires;
-    int err; /* 0 or -ENOENT */
-    struct store_stat st;
-    char path[];
-};
-
-struct core {
-    struct store *store;
-    struct core_config cfg;
-    struct workq *wq;
-    struct cache *cache;
-    struct ckindex *index; /* NULL when no cache dir or the index cannot open */
-    uid_t uid;
-    gid_t gid;
-    double started;
-
-    pthread_mutex_t meta_lock;
-    struct meta_entry **meta; /* META_BUCKETS chains; protected by meta_lock */
-    size_t meta_count;
-
-    atomic_uint_fast64_t read_bytes;      /* bytes returned to readers */
-    atomic_uint_fast64_t item_prefetches; /* items prefetched whole, guided by the index */
-    atomic_uint_fast64_t opens;
-
-    /* Every open handle, so that an unmount can release the ones whose
-     * RELEASE the kernel had not sent yet (a signal can end the loop between
-     * a close() and its asynchronous RELEASE). Protected by files_lock. */
-    pthread_mutex_t files_lock;
-    struct core_file *files;
-    int open_files; /* length of files */
-};
-
-struct core_file {
-    struct cache_obj *obj;
-    int fd; /* >= 0: the store gave a file descriptor; reads bypass the cache */
-    pthread_mutex_t ra_lock;
-    struct readahead ra; /* protected by ra_lock */
-    /* Index-guided prefetch, protected by ra_lock: the item last read and
-     * how far items have been requested ahead of it. */
-    uint64_t item_start, item_end, items_ahead_end;
-    unsigned item_streak;          /* consecutive reads that moved to the next item */
-    uint64_t released_to;          /* blocks before this were released behind the reader */
-    struct core_file *prev, *next; /* core->files, protected by core->files_lock */
-};
+#define LISTING_MAX 1000 /* lookups in larger directories ask the store by name */
 
 void core_config_defaults(struct core_config *cfg)
 {
@@ -89,6 +41,8 @@ void core_config_defaults(struct core_config *cfg)
     cfg->readahead_max = 256u << 20;
     cfg->workers = 8;
     cfg->cache_dir = NULL;
+    cfg->writable = 1;
+    stage_config_defaults(&cfg->stage);
 }
 
 static double now_seconds(void)
@@ -98,8 +52,7 @@ static double now_seconds(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-/* "/a/b" -> "a/b"; "/" -> "". */
-static const char *store_path(const char *path)
+const char *core_store_path(const char *path)
 {
     while (*path == '/')
         path++;
@@ -131,7 +84,7 @@ static void meta_purge_locked(struct core *core, int everything)
     }
 }
 
-static void meta_put(struct core *core, const char *path, int err, const struct store_stat *st)
+void core_meta_put(struct core *core, const char *path, int err, const struct store_stat *st)
 {
     if (core->cfg.attr_timeout <= 0)
         return;
@@ -187,15 +140,50 @@ static int meta_get(struct core *core, const char *path, int *err, struct store_
     return found;
 }
 
+/* Like meta_get, but also finds an expired entry (*expired set). */
+static int meta_peek(struct core *core, const char *path, int *err, int *expired)
+{
+    int found = 0;
+    pthread_mutex_lock(&core->meta_lock);
+    for (struct meta_entry *e = core->meta[meta_bucket(path)]; e; e = e->next) {
+        if (strcmp(e->path, path) == 0) {
+            *err = e->err;
+            *expired = e->expires <= now_seconds();
+            found = 1;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&core->meta_lock);
+    return found;
+}
+
+void core_meta_forget(struct core *core, const char *path)
+{
+    pthread_mutex_lock(&core->meta_lock);
+    for (struct meta_entry **pp = &core->meta[meta_bucket(path)]; *pp; pp = &(*pp)->next) {
+        if (strcmp((*pp)->path, path) == 0) {
+            struct meta_entry *e = *pp;
+            *pp = e->next;
+            free(e);
+            core->meta_count--;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&core->meta_lock);
+}
+
 /* Attributes of a store path, from the metadata cache or the store. */
 static void to_stat(const struct core *core, const struct store_stat *s, struct stat *st)
 {
     memset(st, 0, sizeof *st);
+    int64_t mtime = s->mtime;
     if (s->is_dir) {
-        st->st_mode = S_IFDIR | 0555;
+        st->st_mode = S_IFDIR | (core->stage ? 0755 : 0555);
         st->st_nlink = 2;
+        if (!mtime)
+            mtime = core->started_wall; /* S3 prefixes have no time of their own */
     } else {
-        st->st_mode = S_IFREG | 0444;
+        st->st_mode = S_IFREG | (core->stage ? 0644 : 0444);
         st->st_nlink = 1;
         st->st_size = (off_t)s->size;
         st->st_blocks = (blkcnt_t)((s->size + 511) / 512);
@@ -203,9 +191,9 @@ static void to_stat(const struct core *core, const struct store_stat *s, struct 
     st->st_blksize = (blksize_t)core->cfg.block_size;
     st->st_uid = core->uid;
     st->st_gid = core->gid;
-    st->st_mtim.tv_sec = s->mtime;
-    st->st_ctim.tv_sec = s->mtime;
-    st->st_atim.tv_sec = s->mtime;
+    st->st_mtim.tv_sec = mtime;
+    st->st_ctim.tv_sec = mtime;
+    st->st_atim.tv_sec = mtime;
 }
 
 /* One pass over a directory listing: every entry goes into the metadata
@@ -216,15 +204,20 @@ struct listing {
     const char *dir; /* store path of the directory */
     core_fill_fn fill;
     void *arg;
+    size_t count, limit; /* entries seen; stop after limit (0: no limit) */
     char child[4096];
 };
 
 static int listing_entry(void *arg, const char *name, const struct store_stat *s)
 {
     struct listing *l = arg;
+    if (l->limit && ++l->count > l->limit)
+        return 1; /* too large to keep whole: lookups will ask by name */
+    if (l->core->stage && stage_has_entry(l->core->stage, l->dir, name))
+        return 0; /* staged here: the overlay reported it (and knows better) */
     int n = snprintf(l->child, sizeof l->child, "%s%s%s", l->dir, *l->dir ? "/" : "", name);
     if (n > 0 && (size_t)n < sizeof l->child)
-        meta_put(l->core, l->child, 0, s);
+        core_meta_put(l->core, l->child, 0, s);
     if (l->core->index && !s->is_dir && strcmp(name, ".metadata") == 0)
         ckindex_notice(l->core->index, l->dir, s);
     if (!l->fill)
@@ -234,51 +227,193 @@ static int listing_entry(void *arg, const char *name, const struct store_stat *s
     return l->fill(l->arg, name, &st);
 }
 
-/* Inside a checkpoint directory, a load opens every shard file: one listing
- * of the directory answers all those lookups (a LIST page covers 1,000
- * files) instead of a HEAD per file. Returns 1 if dir was listed. */
-static int relist_checkpoint_dir(struct core *core, const char *spath)
+/* Directory listings stand in for lookups. A complete listing of dir marks
+ * it in the metadata cache under the key "dir/" (no store path ends in '/'):
+ * for as long as the mark lasts, a name of dir that the cache does not have
+ * does not exist, without asking the store. A DCP load opens every shard
+ * file of a directory and a save creates them: one listing answers all
+ * those lookups instead of a HEAD (and a directory probe) per file. The mark
+ * lasts attr_timeout, and for as long as this mount is writing into the
+ * directory: a save then costs one listing per directory. Directories of
+ * more than LISTING_MAX entries are marked too large and looked up by name,
+ * except checkpoint directories (the index noticed their .metadata), whose
+ * files are all opened anyway. */
+enum listing_state { NOT_LISTED, LISTED };
+
+static void marker_of(const char *dir, char *buf, size_t len)
 {
-    const char *slash = strrchr(spath, '/');
-    char dir[4096];
-    size_t dlen = slash ? (size_t)(slash - spath) : 0;
-    if (!core->index || dlen >= sizeof dir)
-        return 0;
-    memcpy(dir, spath, dlen);
-    dir[dlen] = '\0';
-    if (!ckindex_is_checkpoint(core->index, dir))
-        return 0;
-    struct listing l = {.core = core, .dir = dir};
-    return core->store->ops->list(core->store, dir, listing_entry, &l) == 0;
+    snprintf(buf, len, "%s/", dir);
 }
 
-static int lookup(struct core *core, const char *spath, struct store_stat *st)
+/* Forget that dir was listed (a name appeared in it behind the cache). */
+static void forget_listing(struct core *core, const char *dir)
+{
+    char m[4100];
+    marker_of(dir, m, sizeof m);
+    core_meta_forget(core, m);
+}
+
+/* Mark dir as listed in full now (it was just made empty, or listed). */
+static void mark_listed(struct core *core, const char *dir, int err)
+{
+    char m[4100];
+    marker_of(dir, m, sizeof m);
+    core_meta_put(core, m, err, NULL);
+}
+
+/* list_below: every key below a directory; its direct children are the
+ * first components (keys sharing one come together, in key order). */
+struct below {
+    struct listing *l;
+    size_t keys;
+    char last_dir[256]; /* the subdirectory reported last */
+};
+
+static int below_entry(void *arg, const char *rel, const struct store_stat *s)
+{
+    struct below *b = arg;
+    if (b->l->limit && ++b->keys > b->l->limit) {
+        b->l->count = b->l->limit + 1; /* too large: looked up by name */
+        return 1;
+    }
+    if (!b->l->limit)
+        b->keys++;
+    const char *slash = strchr(rel, '/');
+    if (!slash)
+        return listing_entry(b->l, rel, s);
+    size_t n = (size_t)(slash - rel);
+    if (n == 0 || n >= sizeof b->last_dir ||
+        (strncmp(b->last_dir, rel, n) == 0 && b->last_dir[n] == '\0'))
+        return 0;
+    memcpy(b->last_dir, rel, n);
+    b->last_dir[n] = '\0';
+    struct store_stat dir = {.is_dir = 1};
+    return listing_entry(b->l, b->last_dir, &dir);
+}
+
+static enum listing_state dir_listing(struct core *core, const char *dir)
+{
+    if (core->cfg.attr_timeout <= 0)
+        return NOT_LISTED; /* nothing is cached: a listing would answer one lookup */
+    char m[4100];
+    marker_of(dir, m, sizeof m);
+    int err, expired;
+    if (meta_peek(core, m, &err, &expired)) {
+        int writing = core->stage && stage_busy_below(core->stage, dir);
+        if (err == 0 && (!expired || writing))
+            return LISTED;
+        if (err == -E2BIG && !expired)
+            return NOT_LISTED;
+    }
+    int checkpoint = core->index && ckindex_is_checkpoint(core->index, dir);
+    struct listing l = {.core = core, .dir = dir, .limit = checkpoint ? 0 : LISTING_MAX};
+    int rc;
+    if (core->store->ops->list_below) {
+        struct below b = {.l = &l};
+        rc = core->store->ops->list_below(core->store, dir, below_entry, &b);
+        if (rc == 0 && b.keys == 0) { /* nothing below: an empty directory, or none */
+            struct store_stat ds;
+            int e = core->store->ops->stat(core->store, dir, &ds);
+            rc = e == 0 && !ds.is_dir ? -ENOTDIR : e == -ENOENT ? -ENOENT : e < 0 ? e : 0;
+        }
+    } else {
+        rc = core->store->ops->list(core->store, dir, listing_entry, &l);
+    }
+    if (rc == -ENOENT || rc == -ENOTDIR) { /* no such directory: nothing is in it */
+        mark_listed(core, dir, 0);
+        return LISTED;
+    }
+    if (rc < 0)
+        return NOT_LISTED; /* the lookup by name reports the store's trouble */
+    int whole = !l.limit || l.count <= l.limit;
+    mark_listed(core, dir, whole ? 0 : -E2BIG);
+    return whole ? LISTED : NOT_LISTED;
+}
+
+int core_lookup_store(struct core *core, const char *spath, struct store_stat *st)
 {
     int err;
     if (meta_get(core, spath, &err, st))
         return err;
-    if (relist_checkpoint_dir(core, spath) && meta_get(core, spath, &err, st))
-        return err;
+    if (*spath) {
+        const char *slash = strrchr(spath, '/');
+        char dir[4096];
+        size_t dlen = slash ? (size_t)(slash - spath) : 0;
+        if (dlen < sizeof dir) {
+            memcpy(dir, spath, dlen);
+            dir[dlen] = '\0';
+            if (dir_listing(core, dir) == LISTED) {
+                if (meta_get(core, spath, &err, st))
+                    return err;
+                core_meta_put(core, spath, -ENOENT, NULL);
+                return -ENOENT;
+            }
+        }
+    }
     err = core->store->ops->stat(core->store, spath, st);
     if (err == 0 || err == -ENOENT)
-        meta_put(core, spath, err, err == 0 ? st : NULL);
+        core_meta_put(core, spath, err, err == 0 ? st : NULL);
     return err;
+}
+
+void core_listing_made(struct core *core, const char *dir)
+{
+    mark_listed(core, dir, 0);
+}
+
+void core_listing_changed(struct core *core, const char *dir)
+{
+    forget_listing(core, dir);
+}
+
+int core_lookup(struct core *core, const char *spath, struct store_stat *st)
+{
+    if (core->stage && stage_stat(core->stage, spath, st))
+        return 0;
+    return core_lookup_store(core, spath, st);
 }
 
 int core_getattr(struct core *core, const char *path, struct stat *st)
 {
     struct store_stat s;
-    int rc = lookup(core, store_path(path), &s);
+    int rc = core_lookup(core, core_store_path(path), &s);
     if (rc < 0)
         return rc;
     to_stat(core, &s, st);
     return 0;
 }
 
+int core_fgetattr(struct core *core, struct core_file *f, struct stat *st)
+{
+    struct store_stat s = {.mtime = (int64_t)time(NULL)};
+    if (f->wf)
+        s.size = stage_size(core->stage, f->wf);
+    else
+        s.size = cache_obj_size(f->obj);
+    to_stat(core, &s, st);
+    return 0;
+}
+
+/* Overlay entries go to the caller's fill as they are. */
+static int overlay_entry(void *arg, const char *name, const struct store_stat *s)
+{
+    struct listing *l = arg;
+    struct stat st;
+    to_stat(l->core, s, &st);
+    return l->fill ? l->fill(l->arg, name, &st) : 0;
+}
+
 int core_readdir(struct core *core, const char *path, core_fill_fn fill, void *arg)
 {
-    struct listing l = {.core = core, .dir = store_path(path), .fill = fill, .arg = arg};
-    return core->store->ops->list(core->store, l.dir, listing_entry, &l);
+    struct listing l = {.core = core, .dir = core_store_path(path), .fill = fill, .arg = arg};
+    int staged = core->stage ? stage_list(core->stage, l.dir, overlay_entry, &l) : 0;
+    int rc = core->store->ops->list(core->store, l.dir, listing_entry, &l);
+    if (rc == 0)
+        mark_listed(core, l.dir, 0);
+    if (rc == -ENOENT &&
+        (staged || (core->stage && stage_stat(core->stage, l.dir, &(struct store_stat){0}))))
+        rc = 0; /* a directory that exists only on this mount so far */
+    return rc;
 }
 
 /* Opening DIR/.metadata means DIR is a checkpoint: make sure it is indexed. */
@@ -297,35 +432,18 @@ static void notice_checkpoint(struct core *core, const char *spath, const struct
     ckindex_notice(core->index, dir, s);
 }
 
-int core_open(struct core *core, const char *path, int flags, struct core_file **out,
-              int *keep_cache)
+struct core_file *core_file_new(void)
 {
-    if ((flags & O_ACCMODE) != O_RDONLY)
-        return -EROFS;
-    const char *spath = store_path(path);
-    struct store_stat s;
-    int rc = lookup(core, spath, &s);
-    if (rc < 0)
-        return rc;
-    if (s.is_dir)
-        return -EISDIR;
-    notice_checkpoint(core, spath, &s);
     struct core_file *f = calloc(1, sizeof *f);
     if (!f)
-        return -ENOMEM;
-    f->obj = cache_obj_get(core->cache, spath, s.etag, s.size, keep_cache);
-    if (!f->obj) {
-        free(f);
-        return -ENOMEM;
-    }
+        return NULL;
     f->fd = -1;
-    if (core->store->ops->open_fd) {
-        f->fd = core->store->ops->open_fd(core->store, spath, s.etag);
-        if (f->fd < 0)
-            f->fd = -1; /* changed or vanished since the lookup: the cache path reports it */
-    }
     pthread_mutex_init(&f->ra_lock, NULL);
-    readahead_init(&f->ra, core->cfg.readahead_min, core->cfg.readahead_max);
+    return f;
+}
+
+void core_file_link(struct core *core, struct core_file *f)
+{
     atomic_fetch_add(&core->opens, 1);
     pthread_mutex_lock(&core->files_lock);
     f->next = core->files;
@@ -334,6 +452,50 @@ int core_open(struct core *core, const char *path, int flags, struct core_file *
     core->files = f;
     core->open_files++;
     pthread_mutex_unlock(&core->files_lock);
+}
+
+int core_open(struct core *core, const char *path, int flags, struct core_file **out,
+              int *keep_cache)
+{
+    const char *spath = core_store_path(path);
+    *keep_cache = 0;
+    if ((flags & O_ACCMODE) != O_RDONLY || (flags & O_TRUNC))
+        return core_open_write(core, spath, flags, out);
+    struct wfile *wf = core->stage ? stage_get(core->stage, spath) : NULL;
+    if (wf) { /* being written: read what staging has */
+        struct core_file *f = core_file_new();
+        if (!f) {
+            stage_put(core->stage, wf);
+            return -ENOMEM;
+        }
+        f->wf = wf;
+        core_file_link(core, f);
+        *out = f;
+        return 0;
+    }
+    struct store_stat s;
+    int rc = core_lookup_store(core, spath, &s);
+    if (rc < 0)
+        return rc;
+    if (s.is_dir)
+        return -EISDIR;
+    notice_checkpoint(core, spath, &s);
+    struct core_file *f = core_file_new();
+    if (!f)
+        return -ENOMEM;
+    f->obj = cache_obj_get(core->cache, spath, s.etag, s.size, keep_cache);
+    if (!f->obj) {
+        pthread_mutex_destroy(&f->ra_lock);
+        free(f);
+        return -ENOMEM;
+    }
+    if (core->store->ops->open_fd) {
+        f->fd = core->store->ops->open_fd(core->store, spath, s.etag);
+        if (f->fd < 0)
+            f->fd = -1; /* changed or vanished since the lookup: the cache path reports it */
+    }
+    readahead_init(&f->ra, core->cfg.readahead_min, core->cfg.readahead_max);
+    core_file_link(core, f);
     *out = f;
     return 0;
 }
@@ -406,8 +568,37 @@ static void release_behind(struct core *core, struct core_file *f, uint64_t off)
         cache_release_behind(core->cache, f->obj, from, to);
 }
 
+/* A read of a staged file: its staging file has the bytes (holes are zeros). */
+static ssize_t read_staged(struct core *core, struct core_file *f, void *buf, size_t len,
+                           uint64_t off)
+{
+    uint64_t size;
+    int fd = stage_fd(core->stage, f->wf, &size);
+    if (off >= size)
+        return 0;
+    if (len > size - off)
+        len = (size_t)(size - off);
+    size_t done = 0;
+    while (done < len) {
+        ssize_t n = pread(fd, (char *)buf + done, len - done, (off_t)(off + done));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return -errno;
+        if (n == 0) { /* a hole at the end not yet materialised: zeros */
+            memset((char *)buf + done, 0, len - done);
+            break;
+        }
+        done += (size_t)n;
+    }
+    atomic_fetch_add(&core->read_bytes, len);
+    return (ssize_t)len;
+}
+
 ssize_t core_read(struct core *core, struct core_file *f, void *buf, size_t len, uint64_t off)
 {
+    if (f->wf)
+        return read_staged(core, f, buf, len, off);
     uint64_t size = cache_obj_size(f->obj);
     if (off >= size)
         return 0;
@@ -431,6 +622,19 @@ ssize_t core_read(struct core *core, struct core_file *f, void *buf, size_t len,
 int core_read_direct(struct core *core, struct core_file *f, uint64_t off, size_t len, int *fd,
                      size_t *n)
 {
+    if (f->wf) {
+        uint64_t size;
+        int sfd = stage_fd(core->stage, f->wf, &size);
+        struct stat sb;
+        /* Splice only what the staging file holds: a cut past its end
+         * (size grown by truncate) is read as zeros by read_staged. */
+        if (off >= size || fstat(sfd, &sb) < 0 || (uint64_t)sb.st_size < size)
+            return 0;
+        *n = len < size - off ? len : (size_t)(size - off);
+        *fd = sfd;
+        atomic_fetch_add(&core->read_bytes, *n);
+        return 1;
+    }
     if (f->fd < 0)
         return 0;
     uint64_t size = cache_obj_size(f->obj);
@@ -443,7 +647,9 @@ int core_read_direct(struct core *core, struct core_file *f, uint64_t off, size_
     return 1;
 }
 
-void core_release(struct core *core, struct core_file *f)
+/* Release f; abandoned: the kernel never sent its RELEASE (the mount
+ * ended), so a file it was writing is not sealed. */
+static void release(struct core *core, struct core_file *f, int abandoned)
 {
     pthread_mutex_lock(&core->files_lock);
     if (f->prev)
@@ -456,9 +662,22 @@ void core_release(struct core *core, struct core_file *f)
     pthread_mutex_unlock(&core->files_lock);
     if (f->fd >= 0)
         close(f->fd);
-    cache_obj_put(core->cache, f->obj);
+    if (f->wf) {
+        if (f->writable && abandoned)
+            stage_writer_abandon(core->stage, f->wf);
+        else if (f->writable)
+            stage_writer_close(core->stage, f->wf);
+        stage_put(core->stage, f->wf);
+    }
+    if (f->obj)
+        cache_obj_put(core->cache, f->obj);
     pthread_mutex_destroy(&f->ra_lock);
     free(f);
+}
+
+void core_release(struct core *core, struct core_file *f)
+{
+    release(core, f, 0);
 }
 
 int core_stats_json(struct core *core, char *buf, size_t len)
@@ -471,7 +690,32 @@ int core_stats_json(struct core *core, char *buf, size_t len)
     struct ckindex_stats is = {0};
     if (core->index)
         ckindex_get_stats(core->index, &is);
+    struct stage_stats ws = {0};
+    if (core->stage)
+        stage_get_stats(core->stage, &ws);
     const struct store_counters *sc = &core->store->counters;
+#define U(x) (unsigned long long)(x)
+#define A(x) U(atomic_load(&sc->x))
+    char writes[1024];
+    snprintf(writes, sizeof writes,
+             "\"write\": {\"enabled\": %s, \"fsync\": \"%s\", \"write_bytes\": %llu, "
+             "\"files_staged\": %llu, \"files_published\": %llu, \"bytes_uploaded\": %llu, "
+             "\"pending_files\": %llu, \"pending_bytes\": %llu, \"staged_bytes\": %llu, "
+             "\"upload_failures\": %llu, \"commits\": %llu, \"commit_timeouts\": %llu, "
+             "\"budget_waits\": %llu, \"recovered_files\": %llu, \"put_requests\": %llu, "
+             "\"put_bytes\": %llu, \"mpu_begin_requests\": %llu, \"part_requests\": %llu, "
+             "\"complete_requests\": %llu, \"abort_requests\": %llu, "
+             "\"upload_list_requests\": %llu, \"copy_requests\": %llu, "
+             "\"delete_requests\": %llu, \"last_publish\": %.3f}",
+             core->stage ? "true" : "false", core->cfg.stage.fsync_remote ? "remote" : "staged",
+             U(ws.write_bytes), U(ws.files_staged), U(ws.files_published), U(ws.bytes_uploaded),
+             U(ws.pending_files), U(ws.pending_bytes), U(ws.staged_bytes), U(ws.upload_failures),
+             U(ws.commits), U(ws.commit_timeouts), U(ws.budget_waits), U(ws.recovered_files),
+             A(put_requests), A(put_bytes), A(mpu_begin_requests), A(part_requests),
+             A(complete_requests), A(abort_requests), A(upload_list_requests), A(copy_requests),
+             A(delete_requests), ws.last_publish);
+#undef A
+#undef U
     return snprintf(
         buf, len,
         "{\"store\": \"%s\", \"uptime_s\": %.3f, \"open_files\": %d, \"opens\": %llu, "
@@ -483,7 +727,7 @@ int core_stats_json(struct core *core, char *buf, size_t len)
         "\"bytes_cached\": %llu, \"capacity\": %llu, \"block_size\": %u, \"buffers_mapped\": "
         "%llu, \"buffers_reused\": %llu}, "
         "\"index\": {\"enabled\": %s, \"ready\": %llu, \"built\": %llu, \"reused\": %llu, "
-        "\"failed\": %llu, \"lookups\": %llu, \"item_prefetches\": %llu}}\n",
+        "\"failed\": %llu, \"lookups\": %llu, \"item_prefetches\": %llu}, %s}\n",
         core->store->ops->scheme, now_seconds() - core->started, open_files,
         (unsigned long long)atomic_load(&core->opens),
         (unsigned long long)atomic_load(&core->read_bytes),
@@ -500,7 +744,46 @@ int core_stats_json(struct core *core, char *buf, size_t len)
         (unsigned long long)cs.buffers_mapped, (unsigned long long)cs.buffers_reused,
         core->index ? "true" : "false", (unsigned long long)is.ready, (unsigned long long)is.built,
         (unsigned long long)is.reused, (unsigned long long)is.failed,
-        (unsigned long long)is.lookups, (unsigned long long)atomic_load(&core->item_prefetches));
+        (unsigned long long)is.lookups, (unsigned long long)atomic_load(&core->item_prefetches),
+        writes);
+}
+
+static const char *path_base_of(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    return slash ? slash + 1 : path;
+}
+
+/* The stage published a file: the store has it now, with this version. */
+static void on_publish(void *arg, const char *path, const struct store_stat *st)
+{
+    struct core *core = arg;
+    core_meta_put(core, path, 0, st);
+    if (core->index && strcmp(path_base_of(path), ".metadata") == 0) {
+        /* Loads right after a save use the index: build it now. */
+        char dir[4096];
+        const char *slash = strrchr(path, '/');
+        size_t n = slash ? (size_t)(slash - path) : 0;
+        if (n < sizeof dir) {
+            memcpy(dir, path, n);
+            dir[n] = '\0';
+            ckindex_notice(core->index, dir, st);
+        }
+    }
+}
+
+static int open_stage(struct core *core, char *err, size_t errlen)
+{
+    struct stage_config sc = core->cfg.stage;
+    char *dir = str_printf("%s/stage", core->cfg.cache_dir);
+    if (!dir)
+        return -ENOMEM;
+    sc.dir = dir;
+    sc.on_publish = on_publish;
+    sc.on_publish_arg = core;
+    int rc = stage_open(core->store, core->store->description, &sc, &core->stage, err, errlen);
+    free(dir);
+    return rc;
 }
 
 int core_create(struct store *store, const struct core_config *cfg, struct core **out)
@@ -517,6 +800,7 @@ int core_create(struct store *store, const struct core_config *cfg, struct core 
     core->uid = getuid();
     core->gid = getgid();
     core->started = now_seconds();
+    core->started_wall = (int64_t)time(NULL);
     pthread_mutex_init(&core->meta_lock, NULL);
     pthread_mutex_init(&core->files_lock, NULL);
     core->meta = calloc(META_BUCKETS, sizeof *core->meta);
@@ -533,8 +817,18 @@ int core_create(struct store *store, const struct core_config *cfg, struct core 
                          sizeof err) < 0)
             log_warn("checkpoint index disabled: %s", err);
     }
+    if (rc == 0 && cfg->cache_dir && cfg->writable && store->ops->put) {
+        char err[512] = "";
+        rc = open_stage(core, err, sizeof err);
+        if (rc < 0)
+            log_error("cannot start the write path: %s", err);
+    }
     if (rc < 0) {
+        cache_cancel(core->cache);
+        ckindex_cancel(core->index);
         workq_destroy(core->wq);
+        cache_destroy(core->cache);
+        ckindex_close(core->index);
         pthread_mutex_destroy(&core->files_lock);
         pthread_mutex_destroy(&core->meta_lock);
         free(core->meta);
@@ -549,11 +843,12 @@ void core_destroy(struct core *core)
 {
     if (!core)
         return;
+    while (core->files) /* opened, but the loop ended before their RELEASE */
+        release(core, core->files, 1);
+    stage_close(core->stage); /* publishes what is staged (its callbacks use the rest) */
     cache_cancel(core->cache);
     ckindex_cancel(core->index);
     workq_destroy(core->wq); /* waits for fetches and builds already under way */
-    while (core->files)      /* opened, but the loop ended before their RELEASE */
-        core_release(core, core->files);
     pthread_mutex_destroy(&core->files_lock);
     cache_destroy(core->cache);
     ckindex_close(core->index);

@@ -11,10 +11,10 @@
 #include "core.h"
 #include "log.h"
 #include "ops.h"
+#include "options.h"
 #include "store.h"
 
 #include <errno.h>
-#include <getopt.h>
 #include <limits.h>
 #include <malloc.h>
 #include <signal.h>
@@ -22,285 +22,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-
-struct options {
-    const char *store_url;
-    const char *mountpoint;
-    const char *cache_dir;
-    const char *log_file;
-    int foreground, debug, single_thread;
-    char fuse_opts[4096];
-    struct store_options store;
-    struct core_config core;
-    unsigned max_readahead;
-};
-
-static void usage(FILE *out)
-{
-    fprintf(out,
-            "usage: ckptfs [options] STORE MOUNTPOINT\n"
-            "\n"
-            "Mount a checkpoint store. STORE is s3://BUCKET[/PREFIX] or a local directory.\n"
-            "\n"
-            "S3 (defaults from AWS_* variables and ~/.aws/{credentials,config}):\n"
-            "  --endpoint-url URL     S3 endpoint (AWS_ENDPOINT_URL)\n"
-            "  --region REGION        signing region (AWS_REGION, AWS_DEFAULT_REGION)\n"
-            "  --profile NAME         profile in ~/.aws files (AWS_PROFILE)\n"
-            "  --force-path-style     address buckets as ENDPOINT/BUCKET, not BUCKET.HOST\n"
-            "  --max-connections N    parallel requests in flight (16)\n"
-            "  --connect-timeout SEC  connect timeout (5)\n"
-            "  --timeout SEC          a request making no progress this long fails (30)\n"
-            "  --retries N            retries of a failed request, with backoff (5)\n"
-            "\n"
-            "Caching:\n"
-            "  --cache-dir DIR        on-disk state: write staging and the index\n"
-            "                         ($XDG_CACHE_HOME/ckptfs or ~/.cache/ckptfs)\n"
-            "  --cache-size SIZE      memory for cached file data, e.g. 512M, 4G (1G)\n"
-            "  --request-size SIZE    largest single ranged GET of a readahead (8M)\n"
-            "  --readahead SIZE       largest sequential readahead window (256M, at most\n"
-            "                         a quarter of the cache size)\n"
-            "  --attr-timeout SEC     how long attributes and listings are trusted (1)\n"
-            "\n"
-            "General:\n"
-            "  -f                     stay in the foreground\n"
-            "  -d                     debug: foreground, FUSE request trace, debug log\n"
-            "  -s                     single-threaded FUSE loop\n"
-            "  -o OPT[,OPT...]        FUSE mount options (allow_other, ...)\n"
-            "  --log-level LEVEL      error, warn, info or debug (info)\n"
-            "  --log-file PATH        log here instead of syslog when in the background\n"
-            "  -h, --help             this text\n"
-            "  -V, --version          version\n"
-            "\n"
-            "The mount is read-only in this version. Statistics: the extended attribute\n"
-            "%s of the mount root (getfattr -n %s MOUNTPOINT).\n"
-            "Unmount with: fusermount3 -u MOUNTPOINT (or SIGINT/SIGTERM to ckptfs).\n",
-            CKPTFS_STATS_XATTR, CKPTFS_STATS_XATTR);
-}
-
-/* "64K", "512M", "4G", "1048576" -> bytes; -1 if malformed. */
-static long long parse_size(const char *s)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || v < 0)
-        return -1;
-    long long mul = 1;
-    switch (*end) {
-    case 'k':
-    case 'K':
-        mul = 1ll << 10;
-        end++;
-        break;
-    case 'm':
-    case 'M':
-        mul = 1ll << 20;
-        end++;
-        break;
-    case 'g':
-    case 'G':
-        mul = 1ll << 30;
-        end++;
-        break;
-    case 't':
-    case 'T':
-        mul = 1ll << 40;
-        end++;
-        break;
-    default:
-        break;
-    }
-    if (*end == 'i' || *end == 'B')
-        end += (*end == 'i' && end[1] == 'B') ? 2 : 1;
-    if (*end)
-        return -1;
-    return (long long)(v * (double)mul);
-}
-
-static int parse_seconds(const char *s, double *out)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || v < 0)
-        return -1;
-    *out = v;
-    return 0;
-}
-
-static int fail(const char *fmt, const char *arg)
-{
-    fprintf(stderr, "ckptfs: ");
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\n");
-    return -1;
-}
-
-static void add_fuse_opt(struct options *o, const char *opt)
-{
-    size_t n = strlen(o->fuse_opts);
-    snprintf(o->fuse_opts + n, sizeof o->fuse_opts - n, "%s%s", n ? "," : "", opt);
-}
-
-enum {
-    OPT_ENDPOINT = 256,
-    OPT_REGION,
-    OPT_PROFILE,
-    OPT_PATH_STYLE,
-    OPT_MAXCONN,
-    OPT_CONNECT_TIMEOUT,
-    OPT_TIMEOUT,
-    OPT_RETRIES,
-    OPT_CACHE_DIR,
-    OPT_CACHE_SIZE,
-    OPT_READAHEAD,
-    OPT_REQUEST_SIZE,
-    OPT_ATTR_TIMEOUT,
-    OPT_LOG_LEVEL,
-    OPT_LOG_FILE,
-};
-
-static int parse_options(int argc, char **argv, struct options *o)
-{
-    static const struct option longopts[] = {
-        {"endpoint-url", required_argument, 0, OPT_ENDPOINT},
-        {"region", required_argument, 0, OPT_REGION},
-        {"profile", required_argument, 0, OPT_PROFILE},
-        {"force-path-style", no_argument, 0, OPT_PATH_STYLE},
-        {"max-connections", required_argument, 0, OPT_MAXCONN},
-        {"connect-timeout", required_argument, 0, OPT_CONNECT_TIMEOUT},
-        {"timeout", required_argument, 0, OPT_TIMEOUT},
-        {"retries", required_argument, 0, OPT_RETRIES},
-        {"cache-dir", required_argument, 0, OPT_CACHE_DIR},
-        {"cache-size", required_argument, 0, OPT_CACHE_SIZE},
-        {"readahead", required_argument, 0, OPT_READAHEAD},
-        {"request-size", required_argument, 0, OPT_REQUEST_SIZE},
-        {"attr-timeout", required_argument, 0, OPT_ATTR_TIMEOUT},
-        {"log-level", required_argument, 0, OPT_LOG_LEVEL},
-        {"log-file", required_argument, 0, OPT_LOG_FILE},
-        {"help", no_argument, 0, 'h'},
-        {"version", no_argument, 0, 'V'},
-        {0, 0, 0, 0},
-    };
-    int c;
-    double secs;
-    long long size;
-    opterr = 0; /* our own messages, prefixed "ckptfs:" */
-    while ((c = getopt_long(argc, argv, ":fdso:hV", longopts, NULL)) != -1) {
-        switch (c) {
-        case 'f':
-            o->foreground = 1;
-            break;
-        case 'd':
-            o->debug = o->foreground = 1;
-            log_set_level(LOG_LVL_DEBUG);
-            break;
-        case 's':
-            o->single_thread = 1;
-            break;
-        case 'o':
-            add_fuse_opt(o, optarg);
-            break;
-        case 'h':
-            usage(stdout);
-            exit(0);
-        case 'V':
-            printf("ckptfs %s\n", CKPTFS_VERSION);
-            exit(0);
-        case OPT_ENDPOINT:
-            o->store.endpoint_url = optarg;
-            break;
-        case OPT_REGION:
-            o->store.region = optarg;
-            break;
-        case OPT_PROFILE:
-            o->store.profile = optarg;
-            break;
-        case OPT_PATH_STYLE:
-            o->store.force_path_style = 1;
-            break;
-        case OPT_MAXCONN:
-            o->store.max_connections = atoi(optarg);
-            if (o->store.max_connections < 1 || o->store.max_connections > 256)
-                return fail("--max-connections must be 1..256, not '%s'", optarg);
-            break;
-        case OPT_CONNECT_TIMEOUT:
-            if (parse_seconds(optarg, &secs) < 0 || secs <= 0)
-                return fail("bad --connect-timeout '%s' (seconds)", optarg);
-            o->store.connect_timeout_ms = (int)(secs * 1000);
-            break;
-        case OPT_TIMEOUT:
-            if (parse_seconds(optarg, &secs) < 0 || secs <= 0)
-                return fail("bad --timeout '%s' (seconds)", optarg);
-            o->store.request_timeout_ms = (int)(secs * 1000);
-            break;
-        case OPT_RETRIES:
-            o->store.max_retries = atoi(optarg);
-            if (o->store.max_retries < 0 || o->store.max_retries > 100)
-                return fail("--retries must be 0..100, not '%s'", optarg);
-            if (o->store.max_retries == 0)
-                o->store.max_retries = -1; /* 0 in store_options means "default" */
-            break;
-        case OPT_CACHE_DIR:
-            o->cache_dir = optarg;
-            break;
-        case OPT_CACHE_SIZE:
-            size = parse_size(optarg);
-            if (size < (16ll << 20))
-                return fail("bad --cache-size '%s' (at least 16M)", optarg);
-            o->core.cache_size = (uint64_t)size;
-            break;
-        case OPT_READAHEAD:
-            size = parse_size(optarg);
-            if (size < (1ll << 20))
-                return fail("bad --readahead '%s' (at least 1M)", optarg);
-            o->core.readahead_max = (uint64_t)size;
-            break;
-        case OPT_REQUEST_SIZE:
-            size = parse_size(optarg);
-            if (size < (1ll << 20) || size > (64ll << 20) || size % (1ll << 20))
-                return fail("bad --request-size '%s' (1M to 64M, whole MiB)", optarg);
-            o->core.request_size = (uint32_t)size;
-            break;
-        case OPT_ATTR_TIMEOUT:
-            if (parse_seconds(optarg, &secs) < 0)
-                return fail("bad --attr-timeout '%s' (seconds)", optarg);
-            o->core.attr_timeout = secs;
-            break;
-        case OPT_LOG_LEVEL:
-            if (!strcmp(optarg, "error"))
-                log_set_level(LOG_LVL_ERROR);
-            else if (!strcmp(optarg, "warn"))
-                log_set_level(LOG_LVL_WARN);
-            else if (!strcmp(optarg, "info"))
-                log_set_level(LOG_LVL_INFO);
-            else if (!strcmp(optarg, "debug"))
-                log_set_level(LOG_LVL_DEBUG);
-            else
-                return fail("bad --log-level '%s' (error, warn, info, debug)", optarg);
-            break;
-        case OPT_LOG_FILE:
-            o->log_file = optarg;
-            break;
-        case ':':
-            fprintf(stderr, "ckptfs: option '%s' needs a value\nTry 'ckptfs --help'.\n",
-                    argv[optind - 1]);
-            return -1;
-        default:
-            fprintf(stderr, "ckptfs: unknown option '%s'\nTry 'ckptfs --help'.\n",
-                    argv[optind - 1]);
-            return -1;
-        }
-    }
-    if (argc - optind != 2) {
-        fprintf(stderr, "ckptfs: expected STORE and MOUNTPOINT\n"
-                        "usage: ckptfs [options] STORE MOUNTPOINT (ckptfs --help for more)\n");
-        return -1;
-    }
-    o->store_url = argv[optind];
-    o->mountpoint = argv[optind + 1];
-    return 0;
-}
 
 /* The kernel caps readahead of a FUSE mount at its bdi's read_ahead_kb
  * (128 KiB by default) whatever the filesystem asks for, which makes every
@@ -399,11 +120,11 @@ static void tune_allocator(void)
 int main(int argc, char **argv)
 {
     tune_allocator();
-    struct options o = {0};
-    core_config_defaults(&o.core);
-    o.max_readahead = 1u << 20;
-    if (parse_options(argc, argv, &o) < 0)
-        return 2;
+    struct options o;
+    options_defaults(&o);
+    int prc = options_parse(argc, argv, &o);
+    if (prc != 0)
+        return prc > 0 ? 0 : 2;
 
     struct stat mst;
     if (stat(o.mountpoint, &mst) < 0) {
@@ -425,9 +146,7 @@ int main(int argc, char **argv)
         return 1;
     }
 
-    /* Read-only until the write path lands: the kernel then answers every
-     * modifying call with EROFS itself. */
-    add_fuse_opt(&o, "ro,fsname=ckptfs,subtype=ckptfs,default_permissions");
+    options_add_fuse(&o, "fsname=ckptfs,subtype=ckptfs,default_permissions");
     struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
     int rc = 1;
     struct fuse *fuse = NULL;
@@ -481,8 +200,11 @@ int main(int argc, char **argv)
         goto out_signals;
     }
     octx.core = core;
-    log_info("mounted %s on %s (cache %llu MiB, cache dir %s)", store->description, o.mountpoint,
-             (unsigned long long)(o.core.cache_size >> 20), cache_dir);
+    log_info("mounted %s on %s (cache %llu MiB, cache dir %s, %s)", store->description,
+             o.mountpoint, (unsigned long long)(o.core.cache_size >> 20), cache_dir,
+             !core_writable(core)        ? "read-only"
+             : o.core.stage.fsync_remote ? "fsync remote"
+                                         : "fsync staged");
 
     /* The loop returns 0 after an unmount, the signal number after SIGINT/
      * SIGTERM/SIGHUP (both clean shutdowns) and -1 on error. */

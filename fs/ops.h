@@ -19,6 +19,9 @@ struct ops_context {
 
 /* Name of the root extended attribute that returns the statistics JSON. */
 #define CKPTFS_STATS_XATTR "user.ckptfs.stats"
+/* Reading this attribute of a directory waits until everything written
+ * below it is on the store ("ok"), or fails with EIO. */
+#define CKPTFS_SYNC_XATTR "user.ckptfs.sync"
 
 const struct fuse_operations *ckptfs_fuse_operations(void);
 

@@ -1,0 +1,109 @@
+/*
+ * fs/core_internal.h - the core's state, shared by core.c (lookups,
+ * listings, reads, statistics, life cycle) and core_write.c (everything
+ * that changes the namespace or a file). Nothing outside the core includes
+ * this.
+ *
+ * Lookups lay the staging overlay (stage.h: files being written, and
+ * directories that exist only on this mount) over the store's answers,
+ * which the metadata cache keeps for attr_timeout seconds.
+ *
+ * Lock order: core->meta_lock and core->files_lock are leaves (nothing is
+ * taken while holding them); a file's ra_lock, then the cache's lock;
+ * stage calls take the stage's lock, never while holding a core lock.
+ */
+#ifndef CKPTFS_CORE_INTERNAL_H
+#define CKPTFS_CORE_INTERNAL_H
+
+#include "cache.h"
+#include "ckindex.h"
+#include "core.h"
+#include "readahead.h"
+#include "stage.h"
+#include "workq.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+struct meta_entry {
+    struct meta_entry *next;
+    double expires;
+    int err; /* 0 or -ENOENT */
+    struct store_stat st;
+    char path[];
+};
+
+struct core {
+    struct store *store;
+    struct core_config cfg;
+    struct workq *wq;
+    struct cache *cache;
+    struct ckindex *index; /* NULL when no cache dir or the index cannot open */
+    struct stage *stage;   /* NULL when the mount is read-only */
+    uid_t uid;
+    gid_t gid;
+    double started;
+    int64_t started_wall; /* seconds since the epoch: directories' times */
+
+    pthread_mutex_t meta_lock;
+    struct meta_entry **meta; /* META_BUCKETS chains; protected by meta_lock */
+    size_t meta_count;
+
+    atomic_uint_fast64_t read_bytes;      /* bytes returned to readers */
+    atomic_uint_fast64_t item_prefetches; /* items prefetched whole, guided by the index */
+    atomic_uint_fast64_t opens;
+
+    /* Every open handle, so that an unmount can release the ones whose
+     * RELEASE the kernel had not sent yet (a signal can end the loop between
+     * a close() and its asynchronous RELEASE). Protected by files_lock. */
+    pthread_mutex_t files_lock;
+    struct core_file *files;
+    int open_files; /* length of files */
+};
+
+struct core_file {
+    struct cache_obj *obj; /* a store object read through the cache, or NULL */
+    struct wfile *wf;      /* a staged file (reads and writes go to staging), or NULL */
+    int writable;          /* opened for writing: counts as a writer of wf */
+    int fd;                /* >= 0: the store gave a file descriptor; reads bypass the cache */
+    pthread_mutex_t ra_lock;
+    struct readahead ra; /* protected by ra_lock */
+    /* Index-guided prefetch, protected by ra_lock: the item last read and
+     * how far items have been requested ahead of it. */
+    uint64_t item_start, item_end, items_ahead_end;
+    unsigned item_streak;          /* consecutive reads that moved to the next item */
+    uint64_t released_to;          /* blocks before this were released behind the reader */
+    struct core_file *prev, *next; /* core->files, protected by core->files_lock */
+};
+
+/* "/a/b" -> "a/b"; "/" -> "". */
+const char *core_store_path(const char *path);
+
+/* Attributes of a store path from the store alone (metadata cache, then
+ * the store), ignoring the staging overlay. 0, -ENOENT or another errno. */
+int core_lookup_store(struct core *core, const char *spath, struct store_stat *st);
+
+/* Attributes of a store path as the mount shows it (overlay first). */
+int core_lookup(struct core *core, const char *spath, struct store_stat *st);
+
+/* Record (err = 0, st) or a negative lookup (err = -ENOENT, st NULL) in the
+ * metadata cache. */
+void core_meta_put(struct core *core, const char *spath, int err, const struct store_stat *st);
+
+/* Forget what the metadata cache knows of spath. */
+void core_meta_forget(struct core *core, const char *spath);
+
+/* Directory dir was just made, empty: lookups in it need not ask the store. */
+void core_listing_made(struct core *core, const char *dir);
+
+/* A name appeared in dir behind the metadata cache (a rename on the store):
+ * the next lookup there lists it again. */
+void core_listing_changed(struct core *core, const char *dir);
+
+/* A new handle (not yet linked), reading a staged file or a store object. */
+struct core_file *core_file_new(void);
+
+/* Add f to the open handles. */
+void core_file_link(struct core *core, struct core_file *f);
+
+#endif
