@@ -443,6 +443,7 @@ class RGWStore(harness.S3Store):
     """
 
     kind = "s3"
+    shows_partial_objects = False  # rgw makes an object visible only once it is whole
 
     def mount_env(self):
         return {"AWS_ACCESS_KEY_ID": self.server.key, "AWS_SECRET_ACCESS_KEY": self.server.secret,

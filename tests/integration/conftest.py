@@ -139,8 +139,11 @@ import ceph  # noqa: E402
 @pytest.fixture(scope="session")
 def rgw(tmp_path_factory):
     if not ceph.rgw_available():
-        pytest.skip(f"Ceph radosgw not installed (missing {', '.join(ceph.missing_binaries())}): "
-                    f"run tools/setup")
+        why = (f"Ceph radosgw not installed (missing {', '.join(ceph.missing_binaries())}): "
+               f"run tools/setup")
+        if os.environ.get("CKPTFS_REQUIRE_RGW") == "1":  # tools/test: it must run
+            pytest.fail(why, pytrace=False)
+        pytest.skip(why)
     srv = ceph.CephRGW(str(tmp_path_factory.mktemp("rgw")), bucket="ckptfs-it")
     srv.start()
     try:
@@ -152,3 +155,18 @@ def rgw(tmp_path_factory):
 @pytest.fixture
 def rgw_store(rgw, request):
     return rgw.store(harness.unique_prefix(request.node.name))
+
+
+# The write tests run on s3rver, on radosgw (real multipart ETags, strict SigV4, and it
+# can list multipart uploads: s3rver cannot) and on a local directory.
+WRITE_STORES = [s for s in os.environ.get("CKPTFS_IT_WRITE_STORES", "s3,rgw,dir").split(",") if s]
+
+
+@pytest.fixture(params=WRITE_STORES)
+def wstore(request, tmp_path):
+    if request.param == "rgw":
+        return request.getfixturevalue("rgw_store")
+    if request.param == "s3":
+        srv = request.getfixturevalue("s3server")
+        return harness.S3Store(srv, harness.unique_prefix(request.node.name))
+    return harness.DirStore(str(tmp_path / "store"))

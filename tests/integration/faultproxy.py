@@ -11,6 +11,8 @@ over a kept-alive connection of its own. Per request a policy picks an action:
   cut     forward, send the response head and part of the body, then reset
   stall   forward, send the response head and part of the body, then send nothing
           (until stall_seconds pass or the proxy stops), then reset
+  200err  do not forward; answer 200 OK with an S3 <Error><Code>InternalError</Code> body,
+          as S3 may for CompleteMultipartUpload, CopyObject and UploadPartCopy
 
 Enough HTTP/1.1 for keep-alive: request bodies by Content-Length or chunked (an
 `Expect: 100-continue` is answered by the proxy itself), response bodies by
@@ -41,7 +43,7 @@ import time
 import urllib.parse
 import uuid
 
-ACTIONS = ("pass", "503", "500", "reset", "cut", "stall")
+ACTIONS = ("pass", "503", "500", "reset", "cut", "stall", "200err")
 
 
 class Request:
@@ -473,11 +475,11 @@ class FaultProxy:
                         continue
                 self.counts[action] += 1
 
-                if action in ("503", "500"):
+                if action in ("503", "500", "200err"):
                     code, msg, status = (("SlowDown", "Please reduce your request rate.", "503 Slow Down")
                                          if action == "503" else
                                          ("InternalError", "We encountered an internal error. Please try again.",
-                                          "500 Internal Server Error"))
+                                          "500 Internal Server Error" if action == "500" else "200 OK"))
                     payload, rid = _error_body(code, msg, req.path)
                     rh = [("Content-Type", "application/xml"), ("x-amz-request-id", rid),
                           ("Content-Length", "0" if method == "HEAD" else str(len(payload)))]

@@ -18,6 +18,7 @@ unmounted, also when a test fails. Network: 127.0.0.1 only.
 """
 
 import contextlib
+import errno
 import hashlib
 import http.client
 import json
@@ -305,6 +306,7 @@ class DirStore:
     """A local-directory store: STORE is the directory path."""
 
     kind = "dir"
+    shows_partial_objects = False  # ckptfs renames whole files into place
 
     def __init__(self, root):
         self.root = root
@@ -328,6 +330,34 @@ class DirStore:
     def delete(self, relpath):
         os.unlink(os.path.join(self.root, relpath))
 
+    def get(self, relpath):
+        """The stored bytes at relpath, or None if there is no such file."""
+        try:
+            with open(os.path.join(self.root, relpath), "rb") as f:
+                return f.read()
+        except (FileNotFoundError, IsADirectoryError):
+            return None
+
+    def size(self, relpath):
+        """The stored size at relpath, or None."""
+        try:
+            return os.stat(os.path.join(self.root, relpath)).st_size
+        except FileNotFoundError:
+            return None
+
+    def keys(self, prefix=""):
+        """Every stored file below prefix (relative paths, sorted), temporaries included."""
+        out = []
+        base = os.path.join(self.root, prefix) if prefix else self.root
+        for d, _, files in os.walk(base):
+            for f in files:
+                out.append(os.path.relpath(os.path.join(d, f), self.root))
+        return sorted(out)
+
+    def uploads(self):
+        """Uploads in progress: the directory store's temporary files."""
+        return [k for k in self.keys() if os.path.basename(k).startswith(".ckptfs-upload.")]
+
     def mount_args(self):
         return []
 
@@ -339,6 +369,11 @@ class S3Store:
     """A prefix of an s3rver bucket: STORE is s3://BUCKET[/PREFIX]."""
 
     kind = "s3"
+    # s3rver streams a PUT (and a multipart completion) straight into the object's file:
+    # while the request runs, listings and HEAD already show the growing object. A real
+    # S3 (and radosgw) shows an object only when it is whole, so "no partial object" is
+    # checked on those, not here.
+    shows_partial_objects = True
 
     def __init__(self, server, prefix=None):
         self.server = server
@@ -368,6 +403,43 @@ class S3Store:
 
     def delete(self, relpath):
         self.s3.delete_object(Bucket=self.bucket, Key=self.key(relpath))
+
+    def get(self, relpath):
+        """The stored bytes at relpath, or None if there is no such key."""
+        try:
+            return self.s3.get_object(Bucket=self.bucket, Key=self.key(relpath))["Body"].read()
+        except self.s3.exceptions.NoSuchKey:
+            return None
+
+    def size(self, relpath):
+        """The stored size at relpath, or None."""
+        try:
+            return self.s3.head_object(Bucket=self.bucket, Key=self.key(relpath))["ContentLength"]
+        except Exception as e:  # botocore ClientError 404
+            if "404" in str(e) or "Not Found" in str(e):
+                return None
+            raise
+
+    def keys(self, prefix=""):
+        """Every key below prefix (relative to the store's prefix, sorted)."""
+        out = []
+        full = self.key(prefix) if prefix else (self.prefix + "/" if self.prefix else "")
+        for page in self.s3.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=full):
+            for o in page.get("Contents", []):
+                k = o["Key"]
+                out.append(k[len(self.prefix) + 1:] if self.prefix else k)
+        return sorted(out)
+
+    def uploads(self):
+        """Multipart uploads in progress below the store's prefix: [(key, upload id)], or
+        None where the server cannot list them (s3rver answers NotImplemented)."""
+        try:
+            r = self.s3.list_multipart_uploads(Bucket=self.bucket, Prefix=self.prefix)
+        except self.s3.exceptions.ClientError as e:
+            if e.response.get("Error", {}).get("Code") == "NotImplemented":
+                return None
+            raise
+        return [(u["Key"], u["UploadId"]) for u in r.get("Uploads", [])]
 
     def mount_args(self, endpoint=None):
         return ["--endpoint-url", endpoint or self.server.endpoint, "--force-path-style"]
@@ -415,7 +487,10 @@ class Mount:
         self.store_url = store_url
         self.path = os.path.join(workdir, f"mnt{self.n}")
         self.logpath = os.path.join(workdir, f"ckptfs-{self.n}.log")
-        self.cache_dir = os.path.join(workdir, f"cache{self.n}") if cache_dir else None
+        if isinstance(cache_dir, str):  # a given one: e.g. the previous mount's, to recover
+            self.cache_dir = cache_dir
+        else:
+            self.cache_dir = os.path.join(workdir, f"cache{self.n}") if cache_dir else None
         self.args = list(args)
         self.env = clean_env(env, home=os.path.join(workdir, "home"))
         self.mount_timeout = mount_timeout or 10 * slow_factor()
@@ -560,6 +635,15 @@ class Mount:
         self.close()
         return False
 
+    def kill9(self):
+        """Crash the daemon (SIGKILL by its PID), clear the dead mount, and reap it; the
+        mount then counts as closed (a crash is what the caller asked for)."""
+        if self._watchdog:
+            self._watchdog.cancel()
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+        self.close(expect_rc=-9)
+
     # -- helpers for tests
 
     def p(self, rel=""):
@@ -568,6 +652,28 @@ class Mount:
     def stats(self):
         """The mount's statistics (the user.ckptfs.stats xattr), parsed."""
         return json.loads(os.getxattr(self.path, "user.ckptfs.stats"))
+
+    def sync(self, rel="", timeout=None):
+        """Wait until everything written below rel is on the store (the
+        user.ckptfs.sync xattr); raises OSError(EIO) if something failed."""
+        t = (timeout or 120) * slow_factor()
+        return call_with_timeout(lambda: os.getxattr(self.p(rel), "user.ckptfs.sync"), t,
+                                 f"sync of {rel or '/'}")
+
+    def sync_until_ok(self, rel="", timeout=120):
+        """sync, again while it reports EIO (an upload attempt failed and is being retried
+        in the background) until it succeeds; returns how many syncs failed."""
+        deadline = time.monotonic() + timeout * slow_factor()
+        failed = 0
+        while True:
+            try:
+                self.sync(rel, timeout)
+                return failed
+            except OSError as e:
+                if e.errno != errno.EIO or time.monotonic() > deadline:
+                    raise
+                failed += 1
+                time.sleep(0.5)
 
     def log(self):
         with open(self.logpath, encoding="utf-8", errors="replace") as f:

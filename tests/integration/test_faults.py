@@ -242,7 +242,7 @@ def test_server_killed_mid_read_gives_eio_then_recovers(dedicated_s3server, moun
     size = 96 * MiB
     want = harness.data(size, seed=99)
     store.put("big.bin", want)
-    store.put("other.bin", b"other")
+    store.put("elsewhere/other.bin", b"other")  # in a directory not listed before the kill
     mnt = mounter(store, "--timeout", "2", "--connect-timeout", "1", "--retries", "2",
                   "--cache-size", "32M")
     path = mnt.p("big.bin")
@@ -269,7 +269,7 @@ def test_server_killed_mid_read_gives_eio_then_recovers(dedicated_s3server, moun
         print(f"EIO after {elapsed:.1f} s at offset {len(got)}")
         # a name never looked up: the outage must show as EIO, not as a missing file
         e = harness.errno_of(lambda: harness.call_with_timeout(
-            lambda: os.stat(mnt.p("other.bin")), HANG_BOUND * harness.slow_factor(), "stat with server down"))
+            lambda: os.stat(mnt.p("elsewhere/other.bin")), HANG_BOUND * harness.slow_factor(), "stat with server down"))
         assert e == errno.EIO, f"stat of an existing key while the server is down: errno {e}, want EIO"
     finally:
         os.close(fd)
@@ -278,4 +278,4 @@ def test_server_killed_mid_read_gives_eio_then_recovers(dedicated_s3server, moun
     got = harness.call_with_timeout(lambda: harness.read_file(path), HANG_BOUND * harness.slow_factor(),
                                     "read after restart")
     assert got == want, "file differs after the server came back"
-    assert open(mnt.p("other.bin"), "rb").read() == b"other"
+    assert open(mnt.p("elsewhere/other.bin"), "rb").read() == b"other"

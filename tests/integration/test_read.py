@@ -323,9 +323,10 @@ def test_key_deleted_after_mount(store, mounter):
     assert open(mnt.p("keep.bin"), "rb").read() == b"keep"
 
 
-def test_writes_rejected_erofs(store, mounter):
+@pytest.mark.parametrize("how", [["--read-only"], ["-o", "ro"]])
+def test_read_only_mount_rejects_writes_erofs(store, mounter, how):
     store.put("d/f", b"orig")
-    mnt = mounter(store)
+    mnt = mounter(store, *how)
     attempts = {
         "create": lambda: open(mnt.p("d/new"), "wb"),
         "open for write": lambda: open(mnt.p("d/f"), "r+b"),
