@@ -9,9 +9,12 @@ its fqn, so a load is verified element by element.
 
   dcp_workload.py save DIR --world 4 --mb 256 [--layers 8] [--per-rank]
   dcp_workload.py load DIR --world 4 --mb 256 [--layers 8] [--only PREFIX]
+  dcp_workload.py save DIR --world 4 --rank-dirs DIR0,DIR1,DIR2,DIR3   (one path per rank:
+      e.g. the same checkpoint directory through two mounts, as two nodes would)
 
-Prints one JSON line: {"op", "seconds", "bytes", "world", "items"}; exits non-zero
-if a loaded value differs.
+Prints one JSON line: {"op", "seconds", "bytes", "world", "items", "started", "ended"}
+(seconds: the slowest rank's save/load call; started/ended: wall-clock times of the first
+rank's start and the last rank's end); exits non-zero if a loaded value differs.
 """
 import argparse
 import dataclasses
@@ -105,19 +108,20 @@ def worker(rank, world, port, args, results):
         names = layout(args.mb, args.layers)
         if args.only:
             names = [n for n in names if n[0].startswith(args.only)]
+        path = args.rank_dirs[rank] if args.rank_dirs else args.dir
         if args.op == "save":
             sd = state_dict(torch, world, names, zero=False)
             dist.barrier()
-            t0 = time.monotonic()
-            save_state_dict(sd, FileSystemWriter(args.dir, single_file_per_rank=args.per_rank))
+            t0, wall0 = time.monotonic(), time.time()
+            save_state_dict(sd, FileSystemWriter(path, single_file_per_rank=args.per_rank))
             dist.barrier()
             secs = time.monotonic() - t0
             nbytes = sum(s.tensor.numel() * 4 for v in sd.values() for s in v.local_shards())
         else:
             sd = state_dict(torch, world, names, zero=True)
             dist.barrier()
-            t0 = time.monotonic()
-            load_state_dict(sd, FileSystemReader(args.dir))
+            t0, wall0 = time.monotonic(), time.time()
+            load_state_dict(sd, FileSystemReader(path))
             dist.barrier()
             secs = time.monotonic() - t0
             nbytes = 0
@@ -128,7 +132,7 @@ def worker(rank, world, port, args, results):
                     if not torch.equal(shard.tensor, full.narrow(0, o, n)):
                         raise SystemExit(f"rank {rank}: {fqn} differs after load")
                     nbytes += shard.tensor.numel() * 4
-        results.put((rank, secs, nbytes, len(names)))
+        results.put((rank, secs, nbytes, len(names), wall0, wall0 + secs))
     finally:
         dist.destroy_process_group()
 
@@ -149,7 +153,12 @@ def main():
     ap.add_argument("--only", default="", help="load only tensors whose fqn starts with this")
     ap.add_argument("--per-rank", action="store_true",
                     help="save one file per rank (single_file_per_rank=True) instead of one per item")
+    ap.add_argument("--rank-dirs", default="",
+                    help="comma-separated directory per rank (default: DIR for every rank)")
     args = ap.parse_args()
+    args.rank_dirs = args.rank_dirs.split(",") if args.rank_dirs else []
+    if args.rank_dirs and len(args.rank_dirs) != args.world:
+        ap.error("--rank-dirs needs one directory per rank")
     import multiprocessing as mp
 
     ctx = mp.get_context("spawn")
@@ -168,7 +177,8 @@ def main():
     res = [results.get() for _ in procs]
     print(json.dumps({"op": args.op, "seconds": round(max(r[1] for r in res), 3),
                       "bytes": sum(r[2] for r in res), "world": args.world,
-                      "items": res[0][3]}))
+                      "items": res[0][3], "started": min(r[4] for r in res),
+                      "ended": max(r[5] for r in res)}))
     return 0
 
 
