@@ -29,7 +29,6 @@
 #define HEADER_SIZE (1 + 1 + 2 + 8 + 8 + 8 + 4 + 5 * 4)
 #define PART_FIXED (4 + 8 + 8 + 1)
 
-
 /* ---- encoding ---------------------------------------------------------- */
 
 static void put_le(unsigned char *p, uint64_t v, int n)
