@@ -15,6 +15,7 @@
 #include "store.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <malloc.h>
 #include <signal.h>
@@ -22,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 /* The kernel caps readahead of a FUSE mount at its bdi's read_ahead_kb
  * (128 KiB by default) whatever the filesystem asks for, which makes every
@@ -135,6 +137,24 @@ int main(int argc, char **argv)
         fprintf(stderr, "ckptfs: mountpoint '%s' is not a directory\n", o.mountpoint);
         return 1;
     }
+    /* The daemon changes to / when it detaches: a relative mountpoint would
+     * name another directory by the time it unmounts. */
+    char mountpoint[PATH_MAX];
+    if (!realpath(o.mountpoint, mountpoint)) {
+        fprintf(stderr, "ckptfs: mountpoint '%s': %s\n", o.mountpoint, strerror(errno));
+        return 1;
+    }
+    o.mountpoint = mountpoint;
+    /* Opened here, before the daemon changes to / and points stderr at
+     * /dev/null; it becomes stderr once detached. */
+    int log_fd = -1;
+    if (o.log_file && !o.foreground) {
+        log_fd = open(o.log_file, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+        if (log_fd < 0) {
+            fprintf(stderr, "ckptfs: log file '%s': %s\n", o.log_file, strerror(errno));
+            return 1;
+        }
+    }
     char cache_dir[PATH_MAX];
     if (prepare_cache_dir(&o, cache_dir, sizeof cache_dir) < 0)
         return 1;
@@ -180,16 +200,12 @@ int main(int argc, char **argv)
     signal(SIGHUP, SIG_DFL);
     if (fuse_set_signal_handlers(fuse_get_session(fuse)) != 0)
         goto out_unmount;
-    if (!o.foreground) {
-        if (o.log_file) {
-            if (!freopen(o.log_file, "a", stderr))
-                log_use_syslog(1);
-        } else {
-            log_use_syslog(1);
-        }
-    }
     if (fuse_daemonize(o.foreground) != 0)
         goto out_signals;
+    if (log_fd >= 0)
+        dup2(log_fd, STDERR_FILENO);
+    else if (!o.foreground)
+        log_use_syslog(1);
 
     /* Threads start only now: fuse_daemonize forks. */
     o.core.cache_dir = cache_dir;
@@ -229,5 +245,7 @@ out_args:
     fuse_opt_free_args(&args);
 out_store:
     store_destroy(store);
+    if (log_fd >= 0)
+        close(log_fd);
     return rc;
 }

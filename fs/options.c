@@ -10,7 +10,9 @@
 #include "log.h"
 #include "ops.h"
 
+#define FUSE_USE_VERSION 35
 #include <errno.h>
+#include <fuse_opt.h>
 #include <getopt.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -103,18 +105,7 @@ static int set_debug(struct options *o, const char *v)
     return 0;
 }
 
-static int set_fuse_opt(struct options *o, const char *v)
-{
-    options_add_fuse(o, v);
-    for (const char *p = v; *p;) { /* "-o ro" makes the whole mount read-only */
-        size_t n = strcspn(p, ",");
-        if (n == 2 && strncmp(p, "ro", 2) == 0)
-            mark_read_only(o);
-        p += n + (p[n] == ',');
-    }
-    return 0;
-}
-
+static int set_mount_options(struct options *o, const char *v);
 static const struct opt table[] = {
     {"endpoint-url", 0, K_STRING, F(store.endpoint_url), 0, 0, "URL",
      "S3 endpoint (AWS_ENDPOINT_URL)", NULL,
@@ -171,8 +162,11 @@ static const struct opt table[] = {
      set_debug, NULL},
     {"single-thread", 's', K_FLAG, F(single_thread), 0, 0, NULL, "single-threaded FUSE loop", NULL,
      NULL},
-    {"options", 'o', K_CUSTOM, 0, 0, 0, "OPT[,OPT...]", "FUSE mount options (allow_other, ...)",
-     set_fuse_opt, NULL},
+    {"options", 'o', K_CUSTOM, 0, 0, 0, "OPT[,OPT...]",
+     "any option above as NAME=VALUE or NAME (for mount(8) and\n"
+     "fstab), FUSE mount options (allow_other, ro, ...); _netdev,\n"
+     "nofail, noauto, defaults, x-* and other fstab-only words are ignored",
+     set_mount_options, NULL},
     {"log-level", 0, K_CUSTOM, 0, 0, 0, "LEVEL", "error, warn, info or debug (info)", set_log_level,
      NULL},
     {"log-file", 0, K_STRING, F(log_file), 0, 0, "PATH",
@@ -308,6 +302,94 @@ static int apply(struct options *o, const struct opt *p, const char *v)
         return p->set(o, v);
     }
     return -1;
+}
+
+/* Words that mount(8), systemd and fstab use for themselves: accepted and
+ * dropped, as mount.fuse3 does for some of them. */
+static int fstab_only(const char *opt)
+{
+    static const char *const words[] = {"_netdev", "nofail", "noauto", "auto",  "defaults",
+                                        "user",    "users",  "nouser", "owner", "group"};
+    for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
+        if (strcmp(opt, words[i]) == 0)
+            return 1;
+    return strncmp(opt, "x-", 2) == 0 || strncmp(opt, "comment=", 8) == 0;
+}
+
+/* A copy of an -o value that lives as long as o (fuse_opt_parse frees its own). */
+static const char *keep_string(struct options *o, const char *v)
+{
+    size_t n = strlen(v) + 1;
+    if (o->strings_used + n > sizeof o->strings)
+        return NULL;
+    char *dst = o->strings + o->strings_used;
+    memcpy(dst, v, n);
+    o->strings_used += n;
+    return dst;
+}
+
+struct mount_opt_ctx {
+    struct options *o;
+    int failed;
+};
+
+/* fuse_opt_parse's callback, once per comma-separated word of -o: a ckptfs
+ * option is applied (0: dropped from the FUSE options), an fstab-only word
+ * dropped, anything else kept for libfuse (1). */
+static int take_mount_option(void *data, const char *arg, int key, struct fuse_args *outargs)
+{
+    (void)outargs;
+    struct mount_opt_ctx *ctx = data;
+    struct options *o = ctx->o;
+    if (key != FUSE_OPT_KEY_OPT || ctx->failed)
+        return ctx->failed ? 0 : 1;
+    if (fstab_only(arg))
+        return 0;
+    if (strcmp(arg, "ro") == 0)
+        mark_read_only(o); /* and the kernel refuses writes too: keep it */
+    const char *eq = strchr(arg, '=');
+    size_t n = eq ? (size_t)(eq - arg) : strlen(arg);
+    for (size_t i = 0; i < NOPTS; i++) {
+        const struct opt *p = &table[i];
+        if (p->short_name == 'o' || strlen(p->name) != n || strncmp(arg, p->name, n) != 0)
+            continue;
+        if (p->arg && !eq) {
+            fprintf(stderr, "ckptfs: mount option '%s' needs a value (%s=%s)\n", arg, p->name,
+                    p->arg);
+        } else if (!p->arg && eq) {
+            fprintf(stderr, "ckptfs: mount option '%s' takes no value\n", arg);
+        } else {
+            const char *v = eq ? keep_string(o, eq + 1) : NULL;
+            if (eq && !v)
+                fprintf(stderr, "ckptfs: mount options too long\n");
+            else if (apply(o, p, v) == 0)
+                return 0;
+        }
+        ctx->failed = 1;
+        return 0;
+    }
+    return 1;
+}
+
+/* -o OPT[,OPT...]: split by libfuse's own parser (which knows its escapes). */
+static int set_mount_options(struct options *o, const char *v)
+{
+    char *argv[] = {"ckptfs", "-o", (char *)v, NULL};
+    /* Not allocated: fuse_opt_parse replaces it with an allocated copy that
+     * holds what the callback kept. */
+    struct fuse_args args = FUSE_ARGS_INIT(3, argv);
+    struct mount_opt_ctx ctx = {.o = o};
+    int rc = fuse_opt_parse(&args, &ctx, NULL, take_mount_option);
+    if (rc == 0 && !ctx.failed) {
+        for (int i = 1; i + 1 < args.argc; i++)
+            if (strcmp(args.argv[i], "-o") == 0)
+                options_add_fuse(o, args.argv[i + 1]);
+    } else if (rc != 0) {
+        fprintf(stderr, "ckptfs: cannot parse mount options '%s'\n", v);
+    }
+    if (args.allocated)
+        fuse_opt_free_args(&args);
+    return rc == 0 && !ctx.failed ? 0 : -1;
 }
 
 void options_add_fuse(struct options *o, const char *opt)

@@ -17,6 +17,8 @@ struct options {
     const char *log_file;
     int foreground, debug, single_thread, read_only;
     char fuse_opts[4096]; /* -o values, comma-joined, for libfuse */
+    char strings[4096];   /* values of ckptfs options given with -o */
+    size_t strings_used;
     struct store_options store;
     struct core_config core;
     unsigned max_readahead; /* the kernel's readahead for the mount */
