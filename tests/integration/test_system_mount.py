@@ -212,3 +212,15 @@ def test_relative_mountpoint_and_log_file_in_background(tmp_path):
             subprocess.run(["fusermount3", "-uz", mnt])
         for p in _daemon_pids(str(store), "rel/mnt"):
             os.kill(p, signal.SIGKILL)
+
+
+def test_directories_have_a_sensible_mtime(store, mounter):
+    """S3 prefixes have no time of their own: directories show the mount's start (or
+    the local directory's own time), never 1970."""
+    store.put("d/sub/x.bin", b"x")
+    before = time.time()
+    mnt = mounter(store)
+    for rel in ["", "d", "d/sub"]:
+        st = os.stat(mnt.p(rel))
+        assert st.st_mtime > before - 365 * 86400, (rel, st.st_mtime)
+        assert st.st_mtime < time.time() + 60, (rel, st.st_mtime)
