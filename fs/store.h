@@ -197,6 +197,17 @@ struct store_options {
 int store_open(const char *url, const struct store_options *opt, struct store **out, char *err,
                size_t errlen);
 
+/* The version fingerprint of an object, "etag=ETAG size=SIZE": what the
+ * persistent index keeps to tell whether a .metadata changed. The mount
+ * (ckindex) and ckptfs-admin both compute it here, so either reuses an
+ * index the other built. */
+void store_fingerprint(const struct store_stat *st, char *buf, size_t len);
+
+struct stat;
+/* The local-directory store's attributes (and etag) of a file or directory
+ * with stat(2) result sb: what its stat() reports. */
+void store_dir_stat_of(const struct stat *sb, struct store_stat *st);
+
 /* Backends (called by store_open). */
 int store_dir_open(const char *root, struct store **out, char *err, size_t errlen);
 int store_s3_open(const char *bucket, const char *prefix, const struct store_options *opt,
