@@ -186,7 +186,7 @@ struct store_options {
     int force_path_style;     /* --force-path-style */
     int max_connections;      /* parallel requests in flight, 0 = default (16) */
     int connect_timeout_ms;   /* 0 = default (5000) */
-    int request_timeout_ms;   /* no progress for this long fails a request, 0 = default (30000) */
+    int request_timeout_ms;   /* no progress for this long fails a request, 0 = default (10000) */
     int max_retries;          /* 0 = default (5); -1 = no retries */
     int unsigned_payload;     /* S3: send UNSIGNED-PAYLOAD instead of the body's SHA-256 */
 };
