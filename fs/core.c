@@ -373,12 +373,37 @@ int core_lookup(struct core *core, const char *spath, struct store_stat *st)
     return core_lookup_store(core, spath, st);
 }
 
+/* An open file keeps the version it opened, and the kernel keeps one size
+ * per path (its GETATTR of an fstat carries no handle): while a handle has
+ * spath open at another version than the store's s, report that version's
+ * size (the newest such open), so that the kernel does not cut the open
+ * file's reads short; the store's version shows once it is closed. A file
+ * being written on this mount (staged) shows as staging has it. */
+static void keep_opened_size(struct core *core, const char *spath, struct store_stat *s)
+{
+    int found = 0;
+    uint64_t size = 0;
+    pthread_mutex_lock(&core->files_lock);
+    for (struct core_file *f = core->files; f && !found; f = f->next)
+        if (f->obj && strcmp(cache_obj_path(f->obj), spath) == 0 &&
+            strcmp(cache_obj_etag(f->obj), s->etag) != 0) {
+            found = 1;
+            size = cache_obj_size(f->obj);
+        }
+    pthread_mutex_unlock(&core->files_lock);
+    if (found && !(core->stage && stage_stat(core->stage, spath, &(struct store_stat){0})))
+        s->size = size;
+}
+
 int core_getattr(struct core *core, const char *path, struct stat *st)
 {
     struct store_stat s;
-    int rc = core_lookup(core, core_store_path(path), &s);
+    const char *spath = core_store_path(path);
+    int rc = core_lookup(core, spath, &s);
     if (rc < 0)
         return rc;
+    if (!s.is_dir)
+        keep_opened_size(core, spath, &s);
     to_stat(core, &s, st);
     return 0;
 }
@@ -491,6 +516,10 @@ int core_open(struct core *core, const char *path, int flags, struct core_file *
     }
     if (core->store->ops->open_fd) {
         f->fd = core->store->ops->open_fd(core->store, spath, s.etag);
+        if (f->fd >= 0 && fstat(f->fd, &f->fd_st) < 0) {
+            close(f->fd);
+            f->fd = -1;
+        }
         if (f->fd < 0)
             f->fd = -1; /* changed or vanished since the lookup: the cache path reports it */
     }
@@ -638,6 +667,11 @@ int core_read_direct(struct core *core, struct core_file *f, uint64_t off, size_
     if (f->fd < 0)
         return 0;
     uint64_t size = cache_obj_size(f->obj);
+    struct stat sb;
+    if (fstat(f->fd, &sb) < 0 || sb.st_size != f->fd_st.st_size ||
+        sb.st_mtim.tv_sec != f->fd_st.st_mtim.tv_sec ||
+        sb.st_mtim.tv_nsec != f->fd_st.st_mtim.tv_nsec)
+        return 0; /* rewritten in place: the opened version is gone (the cache path: ESTALE) */
     *n = off >= size ? 0 : (len < size - off ? len : (size_t)(size - off));
     *fd = f->fd;
     struct store_counters *sc = &core->store->counters;
