@@ -208,6 +208,29 @@ struct listing {
     char child[4096];
 };
 
+/* An open file keeps the version it opened, and the kernel keeps one size
+ * per path (its GETATTR of an fstat carries no handle): while a handle has
+ * spath open at another version than the store's s, report that version's
+ * size (the newest such open), so that the kernel does not cut the open
+ * file's reads short; the store's version shows once it is closed. A file
+ * being written on this mount (staged) shows as staging has it. Lookups
+ * and listings (readdirplus sets sizes too) both pass through here. */
+static void keep_opened_size(struct core *core, const char *spath, struct store_stat *s)
+{
+    int found = 0;
+    uint64_t size = 0;
+    pthread_mutex_lock(&core->files_lock);
+    for (struct core_file *f = core->files; f && !found; f = f->next)
+        if (f->obj && strcmp(cache_obj_path(f->obj), spath) == 0 &&
+            strcmp(cache_obj_etag(f->obj), s->etag) != 0) {
+            found = 1;
+            size = cache_obj_size(f->obj);
+        }
+    pthread_mutex_unlock(&core->files_lock);
+    if (found && !(core->stage && stage_stat(core->stage, spath, &(struct store_stat){0})))
+        s->size = size;
+}
+
 static int listing_entry(void *arg, const char *name, const struct store_stat *s)
 {
     struct listing *l = arg;
@@ -223,7 +246,10 @@ static int listing_entry(void *arg, const char *name, const struct store_stat *s
     if (!l->fill)
         return 0;
     struct stat st;
-    to_stat(l->core, s, &st);
+    struct store_stat shown = *s;
+    if (!s->is_dir && n > 0 && (size_t)n < sizeof l->child)
+        keep_opened_size(l->core, l->child, &shown);
+    to_stat(l->core, &shown, &st);
     return l->fill(l->arg, name, &st);
 }
 
@@ -371,28 +397,6 @@ int core_lookup(struct core *core, const char *spath, struct store_stat *st)
     if (core->stage && stage_stat(core->stage, spath, st))
         return 0;
     return core_lookup_store(core, spath, st);
-}
-
-/* An open file keeps the version it opened, and the kernel keeps one size
- * per path (its GETATTR of an fstat carries no handle): while a handle has
- * spath open at another version than the store's s, report that version's
- * size (the newest such open), so that the kernel does not cut the open
- * file's reads short; the store's version shows once it is closed. A file
- * being written on this mount (staged) shows as staging has it. */
-static void keep_opened_size(struct core *core, const char *spath, struct store_stat *s)
-{
-    int found = 0;
-    uint64_t size = 0;
-    pthread_mutex_lock(&core->files_lock);
-    for (struct core_file *f = core->files; f && !found; f = f->next)
-        if (f->obj && strcmp(cache_obj_path(f->obj), spath) == 0 &&
-            strcmp(cache_obj_etag(f->obj), s->etag) != 0) {
-            found = 1;
-            size = cache_obj_size(f->obj);
-        }
-    pthread_mutex_unlock(&core->files_lock);
-    if (found && !(core->stage && stage_stat(core->stage, spath, &(struct store_stat){0})))
-        s->size = size;
 }
 
 int core_getattr(struct core *core, const char *path, struct stat *st)

@@ -68,6 +68,10 @@ def test_open_file_keeps_its_version_when_the_object_shrinks(store, mounter):
         store.put("v/obj.bin", new)
         time.sleep(0.6)  # past the attribute timeout
         assert os.fstat(fd).st_size == len(old), "fstat of the open file must keep its size"
+        # A listing (readdirplus hands the kernel sizes too) must not shrink it either.
+        listed = {e.name: e.stat().st_size for e in os.scandir(m.p("v"))}
+        assert listed == {"obj.bin": len(old)}, listed
+        assert os.fstat(fd).st_size == len(old), "a listing changed the open file's size"
         # Bytes the open version has but the store no longer serves: ESTALE, not 0 bytes.
         with pytest.raises(OSError) as ei:
             got = os.pread(fd, 65536, 24 * MiB)
