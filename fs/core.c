@@ -209,10 +209,10 @@ struct listing {
 };
 
 /* An open file keeps the version it opened, and the kernel keeps one size
- * per path (its GETATTR of an fstat carries no handle): while a handle has
- * spath open at another version than the store's s, report that version's
- * size (the newest such open), so that the kernel does not cut the open
- * file's reads short; the store's version shows once it is closed. A file
+ * per path (its GETATTR of an fstat carries no handle): while the newest
+ * open handle of spath has another version than the store's s, report that
+ * version's size, so that the kernel does not cut the open file's reads
+ * short; the store's version shows once it is closed or newer opened. A file
  * being written on this mount (staged) shows as staging has it. Lookups
  * and listings (readdirplus sets sizes too) both pass through here. */
 static void keep_opened_size(struct core *core, const char *spath, struct store_stat *s)
@@ -220,11 +220,11 @@ static void keep_opened_size(struct core *core, const char *spath, struct store_
     int found = 0;
     uint64_t size = 0;
     pthread_mutex_lock(&core->files_lock);
-    for (struct core_file *f = core->files; f && !found; f = f->next)
-        if (f->obj && strcmp(cache_obj_path(f->obj), spath) == 0 &&
-            strcmp(cache_obj_etag(f->obj), s->etag) != 0) {
-            found = 1;
+    for (struct core_file *f = core->files; f; f = f->next) /* newest first */
+        if (f->obj && strcmp(cache_obj_path(f->obj), spath) == 0) {
+            found = strcmp(cache_obj_etag(f->obj), s->etag) != 0;
             size = cache_obj_size(f->obj);
+            break;
         }
     pthread_mutex_unlock(&core->files_lock);
     if (found && !(core->stage && stage_stat(core->stage, spath, &(struct store_stat){0})))

@@ -73,6 +73,15 @@ Test(core_version, an_open_file_keeps_its_size_and_fails_stale_reads)
      * ESTALE, not EOF. */
     cr_assert_eq(core_read(core, f, buf, 50, 50), -ESTALE);
 
+    /* A new open sees the new version, and so does the path while it is the
+     * newest open; once it is closed the older open's size shows again. */
+    struct core_file *g;
+    cr_assert_eq(core_open(core, "/d/f", O_RDONLY, &g, &keep), 0);
+    cr_assert_eq(core_read(core, g, buf, sizeof buf, 0), 3);
+    cr_assert_eq(size_of("/d/f"), 3, "the newest open has the store's version");
+    core_release(core, g);
+    cr_assert_eq(size_of("/d/f"), 100);
+
     core_release(core, f);
     cr_assert_eq(size_of("/d/f"), 3, "closed: the store's version shows");
     listed_size = -1;
