@@ -215,6 +215,11 @@ const char *cache_obj_path(const struct cache_obj *o)
     return o->path;
 }
 
+const char *cache_obj_etag(const struct cache_obj *o)
+{
+    return o->etag;
+}
+
 /* ---- blocks ---- */
 
 static struct cbuf *cbuf_new(struct cache *c, size_t len)

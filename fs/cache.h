@@ -67,6 +67,8 @@ struct cache_obj *cache_obj_get(struct cache *c, const char *path, const char *e
 void cache_obj_put(struct cache *c, struct cache_obj *o);
 uint64_t cache_obj_size(const struct cache_obj *o);
 const char *cache_obj_path(const struct cache_obj *o);
+/* The version (etag) o was opened at. */
+const char *cache_obj_etag(const struct cache_obj *o);
 
 /* Copy [off, off+len) of o (clamped to its size) into dst. Returns the bytes
  * copied or a negative errno from the store (-EIO, -ESTALE, ...). */

@@ -6,7 +6,10 @@
  * know of it: the .metadata fingerprint last noticed, whether its index is
  * being built, ready (with its id in the LMDB index) or failed. Protected by
  * ci->lock; builds and lookups run without it (LMDB has its own locking,
- * and a read transaction per lookup is cheap).
+ * and a read transaction per lookup is cheap). A build reads .metadata
+ * pinned to the ETag it fingerprints (ckpt_io_from_store_pinned): a
+ * .metadata replaced meanwhile is indexed under its own fingerprint, never
+ * under the old one.
  */
 #include "ckindex.h"
 
@@ -45,9 +48,13 @@ struct ckindex {
     struct ckindex_stats st;             /* protected by lock */
 };
 
+/* How often a build starts over when .metadata changes while it is read. */
+#define BUILD_TRIES 3
+
 struct build_job {
     struct ckindex *ci;
     char fingerprint[IDXDB_FP_MAX];
+    char etag[STORE_ETAG_MAX]; /* of the .metadata version fingerprinted */
     char dir[];
 };
 
@@ -62,11 +69,6 @@ static struct ckdir *dir_find_locked(struct ckindex *ci, const char *dir, size_t
         if (strlen(d->dir) == len && memcmp(d->dir, dir, len) == 0)
             return d;
     return NULL;
-}
-
-static void fingerprint_of(const struct store_stat *st, char *buf, size_t len)
-{
-    snprintf(buf, len, "etag=%s size=%llu", st->etag, (unsigned long long)st->size);
 }
 
 /* The index key of a checkpoint directory: the store URL joined with dir. */
@@ -113,41 +115,90 @@ static int stored_index_matches(struct ckindex *ci, const char *key, const char 
     return match;
 }
 
+/* The build of dir moves on from version fingerprint from to to (its
+ * .metadata changed under it). 0 if dir has meanwhile been noticed at
+ * another version: that version's own build does the work. */
+static int rebuild_as(struct ckindex *ci, const char *dir, const char *from, const char *to)
+{
+    pthread_mutex_lock(&ci->lock);
+    struct ckdir *d = dir_find_locked(ci, dir, strlen(dir));
+    int mine = d && strcmp(d->fingerprint, from) == 0;
+    if (mine)
+        snprintf(d->fingerprint, sizeof d->fingerprint, "%s", to);
+    pthread_mutex_unlock(&ci->lock);
+    return mine;
+}
+
+/* Parse dir's checkpoint with its .metadata pinned to etag and store it
+ * under key and fp: 0 and *id, -ESTALE if .metadata is no longer that
+ * version, or another error (e says why). */
+static int build_pinned(struct ckindex *ci, const char *dir, const char *key, const char *etag,
+                        const char *fp, uint64_t *id, struct ckpt_err *e)
+{
+    char *mpath = ckpt_path_join(dir, ".metadata");
+    if (!mpath)
+        return -ENOMEM;
+    struct ckpt_io_pin pin = {ci->store, mpath, etag};
+    struct ckpt_io io;
+    ckpt_io_from_store_pinned(&io, &pin);
+    struct ckpt_load_options opt;
+    ckpt_load_options_default(&opt);
+    struct ckpt *c = NULL;
+    int rc = ckpt_load(&io, dir, &opt, &c, e);
+    if (rc == 0)
+        rc = idxdb_put(ci->db, key, fp, c, id, e);
+    if (rc == 0)
+        log_info("index: built %s (%u items in %u files)", key, c->nitems, c->nfiles);
+    ckpt_free(c);
+    free(mpath);
+    return rc;
+}
+
 static void build_job_run(void *arg)
 {
     struct build_job *j = arg;
     struct ckindex *ci = j->ci;
     uint64_t id = 0;
     char *key = key_of(ci, j->dir);
-    if (atomic_load(&ci->stopping) || !key) {
-        finish_build(ci, j->dir, j->fingerprint, DIR_FAILED, 0, 0);
-        goto out;
-    }
-    if (stored_index_matches(ci, key, j->fingerprint, &id)) {
-        log_info("index: %s is up to date (reused)", key);
-        finish_build(ci, j->dir, j->fingerprint, DIR_READY, id, 1);
-        goto out;
-    }
-    struct ckpt_io io;
-    ckpt_io_from_store(&io, ci->store);
-    struct ckpt_load_options opt;
-    ckpt_load_options_default(&opt);
-    struct ckpt *c = NULL;
-    struct ckpt_err e = {0};
-    int rc = ckpt_load(&io, j->dir, &opt, &c, &e);
-    if (rc == 0)
-        rc = idxdb_put(ci->db, key, j->fingerprint, c, &id, &e);
-    if (rc == 0) {
-        log_info("index: built %s (%u items in %u files)", key, c->nitems, c->nfiles);
-        finish_build(ci, j->dir, j->fingerprint, DIR_READY, id, 0);
-    } else {
+    for (int tries = 1;; tries++) {
+        if (atomic_load(&ci->stopping) || !key) {
+            finish_build(ci, j->dir, j->fingerprint, DIR_FAILED, 0, 0);
+            break;
+        }
+        if (stored_index_matches(ci, key, j->fingerprint, &id)) {
+            log_info("index: %s is up to date (reused)", key);
+            finish_build(ci, j->dir, j->fingerprint, DIR_READY, id, 1);
+            break;
+        }
+        struct ckpt_err e = {0};
+        int rc = build_pinned(ci, j->dir, key, j->etag, j->fingerprint, &id, &e);
+        if (rc == 0) {
+            finish_build(ci, j->dir, j->fingerprint, DIR_READY, id, 0);
+            break;
+        }
+        struct store_stat st;
+        char *mpath =
+            rc == -ESTALE && tries < BUILD_TRIES ? ckpt_path_join(j->dir, ".metadata") : NULL;
+        int restat = mpath && ci->store->ops->stat(ci->store, mpath, &st) == 0 && !st.is_dir;
+        free(mpath);
+        if (restat) {
+            /* Replaced since it was noticed: index the version there now
+             * (under its own fingerprint), unless a newer notice took over. */
+            char fp[IDXDB_FP_MAX];
+            store_fingerprint(&st, fp, sizeof fp);
+            log_info("index: %s/.metadata changed while being indexed; starting over", key);
+            if (!rebuild_as(ci, j->dir, j->fingerprint, fp))
+                break;
+            snprintf(j->fingerprint, sizeof j->fingerprint, "%s", fp);
+            snprintf(j->etag, sizeof j->etag, "%s", st.etag);
+            continue;
+        }
         /* Once per .metadata version: the state stays FAILED until it changes. */
         log_warn("index: cannot index %s: %s; reads continue without the index", key,
                  e.msg[0] ? e.msg : ckpt_strerror(rc));
         finish_build(ci, j->dir, j->fingerprint, DIR_FAILED, 0, 0);
+        break;
     }
-    ckpt_free(c);
-out:
     free(key);
     free(j);
 }
@@ -155,7 +206,7 @@ out:
 void ckindex_notice(struct ckindex *ci, const char *dir, const struct store_stat *metadata)
 {
     char fp[IDXDB_FP_MAX];
-    fingerprint_of(metadata, fp, sizeof fp);
+    store_fingerprint(metadata, fp, sizeof fp);
     size_t len = strlen(dir);
     pthread_mutex_lock(&ci->lock);
     struct ckdir *d = dir_find_locked(ci, dir, len);
@@ -185,6 +236,7 @@ void ckindex_notice(struct ckindex *ci, const char *dir, const struct store_stat
         return;
     j->ci = ci;
     snprintf(j->fingerprint, sizeof j->fingerprint, "%s", fp);
+    snprintf(j->etag, sizeof j->etag, "%s", metadata->etag);
     memcpy(j->dir, dir, len + 1);
     if (workq_submit(ci->wq, build_job_run, j) < 0) {
         finish_build(ci, dir, fp, DIR_FAILED, 0, 0);

@@ -2,9 +2,10 @@
  * fs/ckpt_io_store.c - struct ckpt_io (index/load.h) over a ckptfs store
  * (fs/store.h): how the mount builds checkpoint indexes from its store and
  * how ckptfs-admin reads s3:// checkpoints. stat -> ops->stat, read ->
- * ops->read (no ETag pinning), list -> ops->list, fingerprint -> the
- * object's ETag and size.
+ * ops->read (unpinned, or pinned to one ETag for one path), list ->
+ * ops->list, fingerprint -> store_fingerprint (the object's ETag and size).
  */
+#include <assert.h>
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -54,8 +55,44 @@ static int st_fingerprint(void *ctx, const char *path, char *buf, size_t len)
     int rc = s->ops->stat(s, path, &st);
     if (rc)
         return rc;
-    snprintf(buf, len, "etag=%s size=%llu", st.etag, (unsigned long long)st.size);
+    store_fingerprint(&st, buf, len);
     return 0;
+}
+
+/* The pinned io: ctx is a struct ckpt_io_pin. */
+static int pin_stat(void *ctx, const char *path, uint64_t *size, int *is_dir)
+{
+    const struct ckpt_io_pin *p = ctx;
+    return st_stat(p->store, path, size, is_dir);
+}
+
+static int pin_read(void *ctx, const char *path, uint64_t off, void *buf, size_t len, size_t *nread)
+{
+    const struct ckpt_io_pin *p = ctx;
+    const char *etag = strcmp(path, p->path) == 0 ? p->etag : NULL;
+    return p->store->ops->read(p->store, path, etag, off, len, buf, nread);
+}
+
+static int pin_list(void *ctx, const char *dir, ckpt_io_list_fn fn, void *arg)
+{
+    const struct ckpt_io_pin *p = ctx;
+    return st_list(p->store, dir, fn, arg);
+}
+
+static int pin_fingerprint(void *ctx, const char *path, char *buf, size_t len)
+{
+    const struct ckpt_io_pin *p = ctx;
+    return st_fingerprint(p->store, path, buf, len);
+}
+
+void ckpt_io_from_store_pinned(struct ckpt_io *io, const struct ckpt_io_pin *pin)
+{
+    assert(pin && pin->store && pin->path && pin->etag);
+    io->ctx = (void *)pin;
+    io->stat = pin_stat;
+    io->read = pin_read;
+    io->list = pin_list;
+    io->fingerprint = pin_fingerprint;
 }
 
 void ckpt_io_from_store(struct ckpt_io *io, struct store *s)

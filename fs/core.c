@@ -208,6 +208,29 @@ struct listing {
     char child[4096];
 };
 
+/* An open file keeps the version it opened, and the kernel keeps one size
+ * per path (its GETATTR of an fstat carries no handle): while the newest
+ * open handle of spath has another version than the store's s, report that
+ * version's size, so that the kernel does not cut the open file's reads
+ * short; the store's version shows once it is closed or newer opened. A file
+ * being written on this mount (staged) shows as staging has it. Lookups
+ * and listings (readdirplus sets sizes too) both pass through here. */
+static void keep_opened_size(struct core *core, const char *spath, struct store_stat *s)
+{
+    int found = 0;
+    uint64_t size = 0;
+    pthread_mutex_lock(&core->files_lock);
+    for (struct core_file *f = core->files; f; f = f->next) /* newest first */
+        if (f->obj && strcmp(cache_obj_path(f->obj), spath) == 0) {
+            found = strcmp(cache_obj_etag(f->obj), s->etag) != 0;
+            size = cache_obj_size(f->obj);
+            break;
+        }
+    pthread_mutex_unlock(&core->files_lock);
+    if (found && !(core->stage && stage_stat(core->stage, spath, &(struct store_stat){0})))
+        s->size = size;
+}
+
 static int listing_entry(void *arg, const char *name, const struct store_stat *s)
 {
     struct listing *l = arg;
@@ -223,7 +246,10 @@ static int listing_entry(void *arg, const char *name, const struct store_stat *s
     if (!l->fill)
         return 0;
     struct stat st;
-    to_stat(l->core, s, &st);
+    struct store_stat shown = *s;
+    if (!s->is_dir && n > 0 && (size_t)n < sizeof l->child)
+        keep_opened_size(l->core, l->child, &shown);
+    to_stat(l->core, &shown, &st);
     return l->fill(l->arg, name, &st);
 }
 
@@ -376,9 +402,12 @@ int core_lookup(struct core *core, const char *spath, struct store_stat *st)
 int core_getattr(struct core *core, const char *path, struct stat *st)
 {
     struct store_stat s;
-    int rc = core_lookup(core, core_store_path(path), &s);
+    const char *spath = core_store_path(path);
+    int rc = core_lookup(core, spath, &s);
     if (rc < 0)
         return rc;
+    if (!s.is_dir)
+        keep_opened_size(core, spath, &s);
     to_stat(core, &s, st);
     return 0;
 }
@@ -491,6 +520,10 @@ int core_open(struct core *core, const char *path, int flags, struct core_file *
     }
     if (core->store->ops->open_fd) {
         f->fd = core->store->ops->open_fd(core->store, spath, s.etag);
+        if (f->fd >= 0 && fstat(f->fd, &f->fd_st) < 0) {
+            close(f->fd);
+            f->fd = -1;
+        }
         if (f->fd < 0)
             f->fd = -1; /* changed or vanished since the lookup: the cache path reports it */
     }
@@ -638,6 +671,11 @@ int core_read_direct(struct core *core, struct core_file *f, uint64_t off, size_
     if (f->fd < 0)
         return 0;
     uint64_t size = cache_obj_size(f->obj);
+    struct stat sb;
+    if (fstat(f->fd, &sb) < 0 || sb.st_size != f->fd_st.st_size ||
+        sb.st_mtim.tv_sec != f->fd_st.st_mtim.tv_sec ||
+        sb.st_mtim.tv_nsec != f->fd_st.st_mtim.tv_nsec)
+        return 0; /* rewritten in place: the opened version is gone (the cache path: ESTALE) */
     *n = off >= size ? 0 : (len < size - off ? len : (size_t)(size - off));
     *fd = f->fd;
     struct store_counters *sc = &core->store->counters;

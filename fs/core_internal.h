@@ -66,6 +66,7 @@ struct core_file {
     struct wfile *wf;      /* a staged file (reads and writes go to staging), or NULL */
     int writable;          /* opened for writing: counts as a writer of wf */
     int fd;                /* >= 0: the store gave a file descriptor; reads bypass the cache */
+    struct stat fd_st;     /* fd's attributes at open: changed since, the version is gone */
     pthread_mutex_t ra_lock;
     struct readahead ra; /* protected by ra_lock */
     /* Index-guided prefetch, protected by ra_lock: the item last read and

@@ -121,7 +121,9 @@ static const struct opt table[] = {
     {"connect-timeout", 0, K_MS, F(store.connect_timeout_ms), 0, 0, "SEC", "connect timeout (5)",
      NULL, NULL},
     {"timeout", 0, K_MS, F(store.request_timeout_ms), 0, 0, "SEC",
-     "a request making no progress this long fails (30)", NULL, NULL},
+     "a request making no progress this long fails (10); a timeout is\n"
+     "retried only if the endpoint answered since the last one",
+     NULL, NULL},
     {"retries", 0, K_CUSTOM, 0, 0, 0, "N", "retries of a failed request, with backoff (5)",
      set_retries, NULL},
     {"unsigned-payload", 0, K_FLAG, F(store.unsigned_payload), 0, 0, NULL,

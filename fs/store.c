@@ -6,10 +6,17 @@
  */
 #include "store.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+void store_fingerprint(const struct store_stat *st, char *buf, size_t len)
+{
+    assert(st && buf && len > 0);
+    snprintf(buf, len, "etag=%s size=%llu", st->etag, (unsigned long long)st->size);
+}
 
 /* Split "bucket/some/prefix/" into bucket and a prefix without slashes at
  * either end. Returns -EINVAL for an empty or malformed bucket name. */

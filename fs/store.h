@@ -186,7 +186,7 @@ struct store_options {
     int force_path_style;     /* --force-path-style */
     int max_connections;      /* parallel requests in flight, 0 = default (16) */
     int connect_timeout_ms;   /* 0 = default (5000) */
-    int request_timeout_ms;   /* no progress for this long fails a request, 0 = default (30000) */
+    int request_timeout_ms;   /* no progress for this long fails a request, 0 = default (10000) */
     int max_retries;          /* 0 = default (5); -1 = no retries */
     int unsigned_payload;     /* S3: send UNSIGNED-PAYLOAD instead of the body's SHA-256 */
 };
@@ -196,6 +196,17 @@ struct store_options {
  * writes a one-line, user-facing reason to err. */
 int store_open(const char *url, const struct store_options *opt, struct store **out, char *err,
                size_t errlen);
+
+/* The version fingerprint of an object, "etag=ETAG size=SIZE": what the
+ * persistent index keeps to tell whether a .metadata changed. The mount
+ * (ckindex) and ckptfs-admin both compute it here, so either reuses an
+ * index the other built. */
+void store_fingerprint(const struct store_stat *st, char *buf, size_t len);
+
+struct stat;
+/* The local-directory store's attributes (and etag) of a file or directory
+ * with stat(2) result sb: what its stat() reports. */
+void store_dir_stat_of(const struct stat *sb, struct store_stat *st);
 
 /* Backends (called by store_open). */
 int store_dir_open(const char *root, struct store **out, char *err, size_t errlen);

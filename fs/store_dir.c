@@ -129,6 +129,11 @@ static void fill_stat(const struct stat *sb, struct store_stat *st)
                  (uint64_t)sb->st_ino);
 }
 
+void store_dir_stat_of(const struct stat *sb, struct store_stat *st)
+{
+    fill_stat(sb, st);
+}
+
 static int dir_stat(struct store *s, const char *path, struct store_stat *st)
 {
     struct dir_store *ds = to_dir(s);

@@ -416,8 +416,10 @@ static int write_ckpt(struct idxdb *db, MDB_txn *txn, const char *key, const cha
     put_le(&b, (uint64_t)time(NULL), 8);
     put_le(&b, fplen, 4);
     put(&b, fp, fplen);
-    if (b.oom)
-        return ENOMEM;
+    if (b.oom) {
+        rc = ENOMEM;
+        goto out;
+    }
     v.mv_size = b.len;
     v.mv_data = b.p;
     if ((rc = mdb_put(txn, db->ckpt, &k, &v, 0)))

@@ -41,6 +41,13 @@
 
 #define S3_BACKOFF_BASE_MS 100
 #define S3_BACKOFF_CAP_MS 5000
+/* Timed-out attempts (no progress, or no connection) in a row on this
+ * endpoint, with no complete answer in between, after which a timed-out attempt
+ * is no longer retried, whatever max_retries says: one stalled connection
+ * is retried, but once the endpoint has stopped answering every request
+ * fails after its first timeout. Other transient errors keep the full
+ * retry budget. */
+#define S3_TIMEOUT_MAX_RETRIES 1
 #define S3_ERROR_BODY_MAX (64 * 1024)
 #define S3_RECV_BUFFER (256 * 1024)
 #define S3_MIN_RATE (64 * 1024) /* bytes/s assumed by the hard timeout */
@@ -67,6 +74,7 @@ struct s3_client {
     int unsigned_payload;            /* bodies are signed as UNSIGNED-PAYLOAD */
     struct store_counters *counters; /* the store's: errors, retries, list_requests */
     atomic_int reached;              /* the endpoint has given an HTTP answer at least once */
+    atomic_int timeouts_in_a_row;    /* timed-out attempts since the last complete answer */
 
     int pool_ready; /* the mutexes below are initialized */
     pthread_mutex_t pool_mu;
@@ -642,6 +650,8 @@ static int judge(struct s3_client *s, const struct s3_request *rq, struct s3_res
     *retry = 0;
     if (rs->status > 0)
         atomic_store(&s->reached, 1);
+    if (rs->transport_rc == CURLE_OK)
+        atomic_store(&s->timeouts_in_a_row, 0); /* a whole answer: the endpoint works */
     if (rs->past_eof)
         return 0;
     if (rs->body_errno) {
@@ -773,6 +783,9 @@ int s3_client_perform(struct s3_client *s, const struct s3_request *rq, struct s
         int retry;
         char reason[CURL_ERROR_SIZE + 64];
         int rc = judge(s, rq, rs, &retry, reason, sizeof reason);
+        if (rs->transport_rc == CURLE_OPERATION_TIMEDOUT &&
+            atomic_fetch_add(&s->timeouts_in_a_row, 1) + 1 > S3_TIMEOUT_MAX_RETRIES)
+            retry = 0; /* the endpoint does not answer: fail now */
         log_debug("s3: %s s3://%s/%s%s%s -> %ld, %llu bytes in %lld ms", rq->what, s->bucket,
                   rq->key ? rq->key : "", rq->range ? " " : "", rq->range ? rq->range : "",
                   rs->status, (unsigned long long)rs->body_len, (long long)(now_ms() - started));

@@ -11,6 +11,8 @@ over a kept-alive connection of its own. Per request a policy picks an action:
   cut     forward, send the response head and part of the body, then reset
   stall   forward, send the response head and part of the body, then send nothing
           (until stall_seconds pass or the proxy stops), then reset
+  trickle forward the whole response, its body trickle_bytes at a time with
+          trickle_seconds of silence before each piece (a slow, live server)
   200err  do not forward; answer 200 OK with an S3 <Error><Code>InternalError</Code> body,
           as S3 may for CompleteMultipartUpload, CopyObject and UploadPartCopy
 
@@ -43,7 +45,7 @@ import time
 import urllib.parse
 import uuid
 
-ACTIONS = ("pass", "503", "500", "reset", "cut", "stall", "200err")
+ACTIONS = ("pass", "503", "500", "reset", "cut", "stall", "200err", "trickle")
 
 
 class Request:
@@ -351,12 +353,15 @@ def sigv4_check(method, target, headers, body, key_id, secret):
 
 class FaultProxy:
     def __init__(self, upstream_port, upstream_host="127.0.0.1", policy=None,
-                 stall_seconds=60.0, cut_fraction=None, seed=0, credentials=None):
+                 stall_seconds=60.0, cut_fraction=None, seed=0, credentials=None,
+                 trickle_bytes=64 * 1024, trickle_seconds=1.0):
         self.upstream = (upstream_host, upstream_port)
         self.credentials = credentials  # (key_id, secret): check SigV4 like S3
         self.rejected = collections.Counter()  # S3 error code -> count (signature checks)
         self.policy = policy or passthrough
         self.stall_seconds = stall_seconds
+        self.trickle_bytes = trickle_bytes
+        self.trickle_seconds = trickle_seconds
         self.cut_fraction = cut_fraction  # None = a seeded random point in the body
         self.rng = random.Random(seed)
         self.counts = collections.Counter()  # action -> times applied
@@ -554,6 +559,15 @@ class FaultProxy:
                 client.sendall(head)
                 if no_body:
                     pass
+                elif action == "trickle" and length is not None:
+                    left = length
+                    while left > 0:
+                        if self._stop.wait(self.trickle_seconds):
+                            client.reset()
+                            return
+                        b = up.read_exact(min(left, self.trickle_bytes))
+                        client.sendall(b)
+                        left -= len(b)
                 elif chunked:
                     _read_chunked(up, client.sendall)
                 elif length is not None:

@@ -205,13 +205,37 @@ Test(cache, store_error_reaches_reader_and_is_not_cached, .init = setup, .fini =
     cr_assert_eq(st.bytes_cached, 64 * KiB);
 }
 
+/* Waits (up to 5 s) until n fetches have failed: done, not just dequeued. */
+static void wait_fetch_errors(uint64_t n)
+{
+    struct cache_stats st;
+    for (int i = 0; i < 5000; i++) {
+        cache_get_stats(cache, &st);
+        if (st.fetch_errors >= n)
+            return;
+        usleep(1000);
+    }
+    cr_assert_fail("%llu fetch errors after 5 s, want %llu", (unsigned long long)st.fetch_errors,
+                   (unsigned long long)n);
+}
+
 Test(cache, failed_prefetch_lets_reader_retry, .init = setup, .fini = teardown)
 {
     mem_store_fail(store, MEM_OP_READ, -EIO, -1);
-    cache_prefetch(cache, obj, 0, 256 * KiB);
-    wait_prefetch_idle();
+    cr_assert_eq(cache_prefetch(cache, obj, 0, 256 * KiB), 256 * KiB);
+    wait_fetch_errors(1); /* one 4-block request, failed */
+    cr_assert_eq(mem_store_calls(store, MEM_OP_READ), 1);
+    struct cache_stats st;
+    cache_get_stats(cache, &st);
+    cr_assert_eq(st.fetch_errors, 1);
+    cr_assert_eq(st.bytes_cached, 0, "a failed fetch leaves no blocks");
+    /* The store answers again: the reader fetches the blocks itself, exactly. */
     mem_store_fail(store, MEM_OP_READ, 0, 0);
     check_range(0, 256 * KiB);
+    cr_assert_eq(mem_store_calls(store, MEM_OP_READ), 2);
+    cache_get_stats(cache, &st);
+    cr_assert_eq(st.fetch_errors, 1);
+    cr_assert_eq(st.misses, 4);
 }
 
 Test(cache, objects_are_shared_by_version, .init = setup, .fini = teardown)

@@ -213,6 +213,36 @@ Test(store_dir, stat_files_dirs_and_missing)
     cr_assert_eq(counter(&st->counters.head_requests), 6);
 }
 
+/* What ckptfs-admin computes from stat(2) (store_dir_stat_of, then
+ * store_fingerprint) is what the mount computes from the store's stat():
+ * the two must agree or neither reuses the other's index. */
+Test(store_dir, stat_of_and_fingerprint_agree_with_the_store)
+{
+    write_text(root, "m", "metadata v1");
+    struct store_stat s, t;
+    cr_assert_eq(st->ops->stat(st, "m", &s), 0);
+    char path[128];
+    snprintf(path, sizeof path, "%s/m", root);
+    struct stat sb;
+    cr_assert_eq(stat(path, &sb), 0);
+    store_dir_stat_of(&sb, &t);
+    cr_assert_str_eq(t.etag, s.etag);
+    cr_assert_eq(t.size, s.size);
+    cr_assert_eq(t.mtime, s.mtime);
+    cr_assert_eq(t.is_dir, 0);
+    char fp[256], want[256];
+    store_fingerprint(&t, fp, sizeof fp);
+    snprintf(want, sizeof want, "etag=%s size=11", s.etag);
+    cr_assert_str_eq(fp, want);
+    /* Rewritten in place: another fingerprint. */
+    write_text(root, "m", "metadata v2!");
+    cr_assert_eq(stat(path, &sb), 0);
+    store_dir_stat_of(&sb, &t);
+    char fp2[256];
+    store_fingerprint(&t, fp2, sizeof fp2);
+    cr_assert_str_neq(fp2, fp);
+}
+
 Test(store_dir, list_entries_once_and_errors)
 {
     write_text(root, "a", "1");

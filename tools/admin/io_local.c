@@ -1,7 +1,8 @@
 /*
  * tools/admin/io_local.c - struct ckpt_io over a local directory: stat,
- * pread and readdir below a root path. Paths come from the index library
- * already validated as relative (no "..", no leading '/').
+ * pread and readdir below a root path; fingerprints as the mount computes
+ * them. Paths come from the index library already validated as relative
+ * (no "..", no leading '/').
  */
 #include <dirent.h>
 #include <errno.h>
@@ -13,6 +14,7 @@
 #include <unistd.h>
 
 #include "admin.h"
+#include "store.h"
 
 /* stat(2) of root/path: 0 or -errno */
 static int stat_below(const char *root, const char *path, struct stat *st)
@@ -93,14 +95,18 @@ static int local_list(void *ctx, const char *dir, ckpt_io_list_fn fn, void *arg)
     return rc;
 }
 
+/* The fingerprint the mount computes for the same file through its
+ * local-directory store (store_fingerprint of store_dir_stat_of), so a mount
+ * of this directory reuses what `index rebuild` built. */
 static int local_fingerprint(void *ctx, const char *path, char *buf, size_t len)
 {
-    struct stat st;
-    int rc = stat_below(ctx, path, &st);
+    struct stat sb;
+    int rc = stat_below(ctx, path, &sb);
     if (rc)
         return rc;
-    snprintf(buf, len, "size=%lld mtime=%lld.%09ld", (long long)st.st_size,
-             (long long)st.st_mtim.tv_sec, (long)st.st_mtim.tv_nsec);
+    struct store_stat st;
+    store_dir_stat_of(&sb, &st);
+    store_fingerprint(&st, buf, len);
     return 0;
 }
 

@@ -1,0 +1,248 @@
+/*
+ * tests/unit/test_ckindex.c - fs/ckindex.c, the mount's checkpoint indexes:
+ * built in the background from the store, reused when the stored
+ * fingerprint matches (a remount), rebuilt when .metadata changes, pinned to
+ * the .metadata version it fingerprints, failed once for a bad .metadata,
+ * and item lookups in layout order within a budget. Runs on the in-memory
+ * store with the real torch 1.13 checkpoint of the fixtures.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ckindex.h"
+#include "idxdb.h"
+#include "mem_store.h"
+#include "workq.h"
+
+#define FIX CKPTFS_FIXTURES "/dcp-torch1.13/per_rank"
+
+static char cache_dir[64];
+static struct mem_store *ms;
+static struct workq *wq;
+static struct ckindex *ci;
+
+static void *slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f, "%s", path);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    void *b = malloc((size_t)n + 1);
+    cr_assert_eq(fread(b, 1, (size_t)n, f), (size_t)n);
+    fclose(f);
+    *len = (size_t)n;
+    return b;
+}
+
+/* Copies fixture file name into the store as ck/name. */
+static void put_fixture(const char *name)
+{
+    char src[512], dst[256];
+    snprintf(src, sizeof src, "%s/%s", FIX, name);
+    snprintf(dst, sizeof dst, "ck/%s", name);
+    size_t n;
+    void *b = slurp(src, &n);
+    cr_assert_eq(mem_store_set(ms, dst, b, n, NULL), 0);
+    free(b);
+}
+
+static void open_index(void)
+{
+    char err[256] = "";
+    cr_assert_eq(workq_create(2, &wq), 0);
+    cr_assert_eq(
+        ckindex_open(cache_dir, "mem://test", mem_store_base(ms), wq, &ci, err, sizeof err), 0,
+        "%s", err);
+}
+
+static void close_index(void)
+{
+    ckindex_cancel(ci);
+    workq_destroy(wq);
+    ckindex_close(ci);
+    ci = NULL;
+    wq = NULL;
+}
+
+static void setup(void)
+{
+    strcpy(cache_dir, "/tmp/ckptfs-ckindex-XXXXXX");
+    cr_assert_not_null(mkdtemp(cache_dir));
+    ms = mem_store_new();
+    put_fixture(".metadata");
+    put_fixture("__0_0.distcp");
+    put_fixture("__1_0.distcp");
+    open_index();
+}
+
+static void teardown(void)
+{
+    if (ci)
+        close_index();
+    mem_store_free(ms);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", cache_dir);
+    cr_assert_eq(system(cmd), 0);
+}
+
+TestSuite(ckindex, .init = setup, .fini = teardown);
+
+static struct store_stat stat_of(const char *path)
+{
+    struct store *s = mem_store_base(ms);
+    struct store_stat st;
+    cr_assert_eq(s->ops->stat(s, path, &st), 0, "%s", path);
+    return st;
+}
+
+/* Waits (up to 10 s) until ready + failed of the stats reach n. */
+static struct ckindex_stats wait_settled(uint64_t n)
+{
+    struct ckindex_stats st;
+    for (int i = 0; i < 1000; i++) {
+        ckindex_get_stats(ci, &st);
+        if (st.ready + st.failed >= n)
+            return st;
+        nanosleep(&(struct timespec){0, 10000000}, NULL);
+    }
+    cr_assert_fail("index builds did not finish: ready %llu failed %llu",
+                   (unsigned long long)st.ready, (unsigned long long)st.failed);
+    return st;
+}
+
+Test(ckindex, builds_then_a_reopen_reuses_the_stored_index)
+{
+    cr_assert_eq(ckindex_is_checkpoint(ci, "ck"), 0);
+    struct store_stat md = stat_of("ck/.metadata");
+    ckindex_notice(ci, "ck", &md);
+    cr_assert_eq(ckindex_is_checkpoint(ci, "ck"), 1);
+    struct ckindex_stats st = wait_settled(1);
+    cr_assert_eq(st.ready, 1);
+    cr_assert_eq(st.built, 1);
+    cr_assert_eq(st.reused, 0);
+    cr_assert_eq(st.failed, 0);
+    /* The same version noticed again: nothing new. */
+    uint64_t reads = mem_store_calls(ms, MEM_OP_READ);
+    ckindex_notice(ci, "ck", &md);
+    cr_assert_eq(mem_store_calls(ms, MEM_OP_READ), reads);
+
+    close_index();
+    open_index();
+    reads = mem_store_calls(ms, MEM_OP_READ);
+    ckindex_notice(ci, "ck", &md);
+    st = wait_settled(1);
+    cr_assert_eq(st.reused, 1, "a remount must reuse the index");
+    cr_assert_eq(st.built, 0);
+    cr_assert_eq(mem_store_calls(ms, MEM_OP_READ), reads, "a reused index reads nothing");
+}
+
+Test(ckindex, items_in_layout_order_within_the_budget)
+{
+    struct ckindex_span sp[8];
+    cr_assert_eq(ckindex_items(ci, "ck/__0_0.distcp", 500, 0, sp, 8), 0, "not indexed yet");
+    struct store_stat md = stat_of("ck/.metadata");
+    ckindex_notice(ci, "ck", &md);
+    wait_settled(1);
+    /* __0_0.distcp: [0,431) [431,862) [862,525897) [525897,532916) ... */
+    cr_assert_eq(ckindex_items(ci, "ck/__0_0.distcp", 500, 0, sp, 8), 1);
+    cr_assert_eq(sp[0].offset, 431);
+    cr_assert_eq(sp[0].length, 431);
+    /* The first item always counts; the next only while within budget. */
+    cr_assert_eq(ckindex_items(ci, "ck/__0_0.distcp", 0, 862, sp, 8), 2);
+    cr_assert_eq(sp[1].offset, 431);
+    cr_assert_eq(ckindex_items(ci, "ck/__0_0.distcp", 0, 1ull << 30, sp, 3), 3, "max bounds it");
+    cr_assert_eq(sp[2].offset, 862);
+    cr_assert_eq(sp[2].length, 525035);
+    cr_assert_eq(ckindex_items(ci, "ck/nope.distcp", 0, 0, sp, 8), 0);
+    cr_assert_eq(ckindex_items(ci, "other/__0_0.distcp", 0, 0, sp, 8), 0);
+    struct ckindex_stats st;
+    ckindex_get_stats(ci, &st);
+    cr_assert_geq(st.lookups, 4);
+}
+
+Test(ckindex, changed_metadata_is_rebuilt)
+{
+    struct store_stat md = stat_of("ck/.metadata");
+    ckindex_notice(ci, "ck", &md);
+    wait_settled(1);
+    /* A new version (here: the other layout of the same model). */
+    size_t n;
+    void *b = slurp(CKPTFS_FIXTURES "/dcp-torch1.13/per_item/.metadata", &n);
+    cr_assert_eq(mem_store_set(ms, "ck/.metadata", b, n, NULL), 0);
+    free(b);
+    struct store_stat md2 = stat_of("ck/.metadata");
+    cr_assert_str_neq(md.etag, md2.etag);
+    ckindex_notice(ci, "ck", &md2);
+    struct ckindex_stats st = wait_settled(1);
+    cr_assert_eq(st.built, 2);
+}
+
+Test(ckindex, unparsable_metadata_fails_once_per_version)
+{
+    cr_assert_eq(mem_store_set(ms, "bad/.metadata", "not a pickle", 12, NULL), 0);
+    struct store_stat md = stat_of("bad/.metadata");
+    ckindex_notice(ci, "bad", &md);
+    struct ckindex_stats st = wait_settled(1);
+    cr_assert_eq(st.failed, 1);
+    cr_assert_eq(st.ready, 0);
+    cr_assert_eq(ckindex_is_checkpoint(ci, "bad"), 1);
+    uint64_t reads = mem_store_calls(ms, MEM_OP_READ);
+    ckindex_notice(ci, "bad", &md);
+    cr_assert_eq(mem_store_calls(ms, MEM_OP_READ), reads, "a known bad version is not retried");
+    struct ckindex_span sp[1];
+    cr_assert_eq(ckindex_items(ci, "bad/x", 0, 0, sp, 1), 0);
+}
+
+/* Replaces ck/.metadata with the per_item layout's at the first read of it:
+ * after it was noticed (and fingerprinted), before the build reads it. */
+static int replaced;
+static void replace_on_read(void *arg, const struct mem_call *call)
+{
+    (void)arg;
+    if (call->op != MEM_OP_READ || strcmp(call->path, "ck/.metadata") != 0 || replaced)
+        return;
+    replaced = 1;
+    size_t n;
+    void *b = slurp(CKPTFS_FIXTURES "/dcp-torch1.13/per_item/.metadata", &n);
+    cr_assert_eq(mem_store_set(ms, "ck/.metadata", b, n, NULL), 0);
+    free(b);
+}
+
+Test(ckindex, metadata_replaced_during_the_build_is_indexed_under_its_own_fingerprint)
+{
+    struct store_stat md = stat_of("ck/.metadata");
+    mem_store_set_hook(ms, replace_on_read, NULL);
+    ckindex_notice(ci, "ck", &md);
+    struct ckindex_stats st = wait_settled(1);
+    mem_store_set_hook(ms, NULL, NULL);
+    cr_assert_eq(replaced, 1);
+    cr_assert_eq(st.ready, 1);
+    struct store_stat now = stat_of("ck/.metadata");
+    close_index();
+
+    /* What the index holds is fingerprinted as the version it was built from. */
+    char dir[128], want[IDXDB_FP_MAX];
+    snprintf(dir, sizeof dir, "%s/index", cache_dir);
+    store_fingerprint(&now, want, sizeof want);
+    struct idxdb_options o;
+    idxdb_options_default(&o);
+    o.flags = IDXDB_RDONLY;
+    struct idxdb *db;
+    struct ckpt_err e;
+    cr_assert_eq(idxdb_open(dir, &o, &db, &e), 0, "%s", e.msg);
+    struct idxdb_txn *t;
+    cr_assert_eq(idxdb_begin(db, &t, &e), 0);
+    struct idxdb_ckpt c;
+    cr_assert_eq(idxdb_ckpt_get(t, "mem://test/ck", &c), 0);
+    cr_assert_eq(c.fingerprint_len, strlen(want), "%.*s", (int)c.fingerprint_len, c.fingerprint);
+    cr_assert_eq(memcmp(c.fingerprint, want, c.fingerprint_len), 0, "stored %.*s, want %s",
+                 (int)c.fingerprint_len, c.fingerprint, want);
+    idxdb_end(t);
+    idxdb_close(db);
+}

@@ -1,0 +1,111 @@
+/*
+ * tests/unit/test_meta_cache.c - the core's metadata cache (fs/core.c):
+ * attributes and negative lookups answer from memory for attr_timeout
+ * seconds, then the store is asked again; attr_timeout 0 caches nothing;
+ * core_meta_forget drops one entry at once. Over the in-memory store, whose
+ * call counters show when the store was asked.
+ */
+#include "core.h"
+#include "core_internal.h"
+#include "mem_store.h"
+
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <string.h>
+#include <time.h>
+
+#define TIMEOUT 1.0 /* attr_timeout of these tests, seconds */
+
+static struct mem_store *mem;
+static struct core *core;
+
+static void start(double attr_timeout)
+{
+    mem = mem_store_new();
+    cr_assert_eq(mem_store_set(mem, "d/a", "0123456789", 10, NULL), 0);
+    struct core_config cfg;
+    core_config_defaults(&cfg);
+    cfg.cache_size = 16u << 20;
+    cfg.attr_timeout = attr_timeout;
+    cr_assert_eq(core_create(mem_store_base(mem), &cfg, &core), 0);
+}
+
+static void setup(void)
+{
+    start(TIMEOUT);
+}
+
+static void teardown(void)
+{
+    core_destroy(core);
+    mem_store_free(mem);
+}
+
+TestSuite(meta_cache, .init = setup, .fini = teardown);
+
+/* Store calls that can answer a lookup. */
+static uint64_t asked(void)
+{
+    return mem_store_calls(mem, MEM_OP_STAT) + mem_store_calls(mem, MEM_OP_LIST);
+}
+
+static void sleep_s(double s)
+{
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+/* st_size of path, or the negative errno. */
+static long long size_of(const char *path)
+{
+    struct stat st;
+    int rc = core_getattr(core, path, &st);
+    return rc < 0 ? rc : (long long)st.st_size;
+}
+
+Test(meta_cache, attributes_answer_from_memory_until_they_expire)
+{
+    cr_assert_eq(size_of("/d/a"), 10);
+    uint64_t n = asked();
+    cr_assert_gt(n, 0);
+    cr_assert_eq(mem_store_set(mem, "d/a", "01234567890123456789", 20, NULL), 0);
+    cr_assert_eq(size_of("/d/a"), 10, "a fresh entry answers, not the store");
+    cr_assert_eq(asked(), n, "a fresh entry asked the store");
+    sleep_s(TIMEOUT + 0.3);
+    cr_assert_eq(size_of("/d/a"), 20, "an expired entry must be looked up again");
+    cr_assert_gt(asked(), n);
+}
+
+Test(meta_cache, negative_lookups_expire_too)
+{
+    cr_assert_eq(size_of("/d/b"), -ENOENT);
+    uint64_t n = asked();
+    cr_assert_eq(mem_store_set(mem, "d/b", "x", 1, NULL), 0);
+    cr_assert_eq(size_of("/d/b"), -ENOENT, "a fresh negative entry answers");
+    cr_assert_eq(asked(), n);
+    sleep_s(TIMEOUT + 0.3);
+    cr_assert_eq(size_of("/d/b"), 1);
+}
+
+Test(meta_cache, forget_drops_one_entry_at_once)
+{
+    cr_assert_eq(size_of("/d/a"), 10);
+    cr_assert_eq(mem_store_set(mem, "d/a", "0123", 4, NULL), 0);
+    core_meta_forget(core, "d/a");
+    core_listing_changed(core, "d");
+    cr_assert_eq(size_of("/d/a"), 4);
+}
+
+Test(meta_cache, zero_timeout_caches_nothing)
+{
+    teardown(); /* the suite's core has a timeout: make one without */
+    start(0);
+    cr_assert_eq(size_of("/d/a"), 10);
+    uint64_t n = asked();
+    cr_assert_eq(mem_store_set(mem, "d/a", "01234", 5, NULL), 0);
+    cr_assert_eq(size_of("/d/a"), 5);
+    cr_assert_gt(asked(), n);
+    cr_assert_eq(size_of("/d/c"), -ENOENT);
+    cr_assert_eq(mem_store_set(mem, "d/c", "c", 1, NULL), 0);
+    cr_assert_eq(size_of("/d/c"), 1);
+}
