@@ -66,6 +66,9 @@ static size_t meta_bucket(const char *path)
     return str_hash(path, strlen(path)) % META_BUCKETS;
 }
 
+/* Drop expired entries (or all). Listing marks ("dir/") go too: a mark
+ * says that a name missing from the cache is missing from the store, which
+ * stops being true once entries are purged. */
 static void meta_purge_locked(struct core *core, int everything)
 {
     double now = now_seconds();
@@ -73,7 +76,8 @@ static void meta_purge_locked(struct core *core, int everything)
         struct meta_entry **pp = &core->meta[i];
         while (*pp) {
             struct meta_entry *e = *pp;
-            if (everything || e->expires <= now) {
+            size_t n = strlen(e->path);
+            if (everything || e->expires <= now || (n > 0 && e->path[n - 1] == '/')) {
                 *pp = e->next;
                 free(e);
                 core->meta_count--;
@@ -369,10 +373,17 @@ int core_lookup_store(struct core *core, const char *spath, struct store_stat *s
             memcpy(dir, spath, dlen);
             dir[dlen] = '\0';
             if (dir_listing(core, dir) == LISTED) {
-                if (meta_get(core, spath, &err, st))
+                /* Absent from the cache: not in the listing. Listed, but
+                 * the entry expired (it may have been put long before the
+                 * mark, or the mark outlives it while this mount writes
+                 * into dir): ask the store by name below. */
+                int expired;
+                if (!meta_peek(core, spath, &err, &expired)) {
+                    core_meta_put(core, spath, -ENOENT, NULL);
+                    return -ENOENT;
+                }
+                if (!expired && meta_get(core, spath, &err, st))
                     return err;
-                core_meta_put(core, spath, -ENOENT, NULL);
-                return -ENOENT;
             }
         }
     }

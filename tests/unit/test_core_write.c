@@ -212,3 +212,20 @@ Test(core_write, lookups_of_new_names_cost_one_listing)
     cr_assert_eq(mem_store_calls(mem, MEM_OP_STAT), stats0);
     cr_assert_leq(mem_store_calls(mem, MEM_OP_LIST) - lists0, 2);
 }
+
+Test(core_write, a_listed_name_whose_entry_expired_is_asked_for_by_name)
+{
+    cr_assert_eq(mem_store_set(mem, "old/a", "1", 1, NULL), 0);
+    cr_assert_eq(mem_store_set(mem, "old/b", "22", 2, NULL), 0);
+    struct stat st;
+    cr_assert_eq(core_getattr(core, "/old/b", &st), 0); /* lists old/ */
+    /* writing into old/ keeps its listing mark past attr_timeout ... */
+    struct core_file *f;
+    cr_assert_eq(core_create_file(core, "/old/new", O_WRONLY, &f), 0);
+    usleep(1300 * 1000); /* attr_timeout is 1 s by default */
+    /* ... but the entries of the listing have expired: they are not "missing" */
+    cr_assert_eq(core_getattr(core, "/old/a", &st), 0, "an existing file reported missing");
+    cr_assert_eq(st.st_size, 1);
+    cr_assert_eq(core_getattr(core, "/old/zz", &st), -ENOENT);
+    core_release(core, f);
+}
