@@ -276,8 +276,9 @@ static int has_id(const struct recover_ctx *c, uint64_t id)
 }
 
 /* Staging files no record names: written, never sealed, and the crash came
- * before anything journaled them. Kept under recovered/, named by the path
- * their creation noted on them (or their id). */
+ * before anything journaled them (a seal starts the upload before its record
+ * is written, so a PUT may have begun: its leftovers are cleaned). Kept under
+ * recovered/, named by the path their creation noted on them (or their id). */
 static void keep_orphans(struct stage *st, struct recover_ctx *c)
 {
     int fd = dup(st->files_dirfd);
@@ -301,7 +302,9 @@ static void keep_orphans(struct stage *st, struct recover_ctx *c)
         if (sfd >= 0)
             close(sfd);
         path[n > 0 ? n : 0] = '\0';
-        if (!*path || strstr(path, ".."))
+        if (*path && !strstr(path, ".."))
+            abort_strays(st, path, ""); /* a seal's upload may have begun before its record */
+        else
             snprintf(path, sizeof path, "unknown/%s", e->d_name);
         struct journal_rec r = {.id = id, .path = path, .size = size};
         move_to_recovered(st, &r, e->d_name, "it was being written and never journaled");

@@ -548,6 +548,29 @@ Test(stage, remount_uploads_sealed_files_and_keeps_unsealed_ones)
     free(b);
 }
 
+Test(stage, remount_cleans_an_upload_begun_for_a_file_never_journaled)
+{
+    /* A seal starts the upload before its journal record is written: a crash
+     * in between leaves an upload (a local store's temporary file) for a
+     * staging file that no record names. */
+    unsigned char *b = pattern(2000, 17);
+    struct wfile *wf;
+    cr_assert_eq(stage_create(st, "r/unrecorded", &wf), 0);
+    stage_writer_open(st, wf);
+    cr_assert_eq(stage_write(st, wf, b, 2000, 0), 2000);
+    struct store *s = mem_store_base(mem);
+    char id[STORE_UPLOAD_ID_MAX];
+    cr_assert_eq(s->ops->mpu_begin(s, "r/unrecorded", id), 0);
+    stage_close(st); /* the "crash": never sealed, never journaled */
+    st = NULL;
+    cr_assert_eq(mem_store_uploads_in_progress(mem), 1);
+    open_stage();
+    cr_assert_eq(stage_sync(st, ""), 0);
+    cr_assert_eq(mem_store_uploads_in_progress(mem), 0, "the stray upload was left behind");
+    cr_assert_not(stored("r/unrecorded"));
+    free(b);
+}
+
 Test(stage, remount_resumes_a_multipart_upload)
 {
     mem_store_fail(mem, MEM_OP_MPU_COMPLETE, -EIO, -1);
