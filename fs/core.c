@@ -799,6 +799,30 @@ static int open_stage(struct core *core, char *err, size_t errlen)
     return rc;
 }
 
+/* The transfer summary's view of the counters (xferlog.h). */
+static void sample_counters(void *arg, struct xfer_counters *out)
+{
+    struct core *core = arg;
+    struct cache_stats cs;
+    cache_get_stats(core->cache, &cs);
+    struct stage_stats ws = {0};
+    if (core->stage)
+        stage_get_stats(core->stage, &ws);
+    const struct store_counters *sc = &core->store->counters;
+    *out = (struct xfer_counters){
+        .read_bytes = atomic_load(&core->read_bytes),
+        .get_requests = atomic_load(&sc->get_requests),
+        .get_bytes = atomic_load(&sc->get_bytes),
+        .hits = cs.hits,
+        .misses = cs.misses,
+        .shared = cs.shared,
+        .write_bytes = ws.write_bytes,
+        .put_requests = atomic_load(&sc->put_requests) + atomic_load(&sc->part_requests),
+        .put_bytes = atomic_load(&sc->put_bytes),
+        .errors = atomic_load(&sc->errors),
+    };
+}
+
 int core_create(struct store *store, const struct core_config *cfg, struct core **out)
 {
     struct core *core = calloc(1, sizeof *core);
@@ -848,6 +872,9 @@ int core_create(struct store *store, const struct core_config *cfg, struct core 
         free(core);
         return rc;
     }
+    if (cfg->stats_interval > 0 &&
+        xferlog_start(cfg->stats_interval, sample_counters, core, &core->xferlog) < 0)
+        log_warn("no transfer summaries: cannot start their thread");
     *out = core;
     return 0;
 }
@@ -861,7 +888,8 @@ void core_destroy(struct core *core)
     stage_close(core->stage); /* publishes what is staged (its callbacks use the rest) */
     cache_cancel(core->cache);
     ckindex_cancel(core->index);
-    workq_destroy(core->wq); /* waits for fetches and builds already under way */
+    workq_destroy(core->wq);     /* waits for fetches and builds already under way */
+    xferlog_stop(core->xferlog); /* the last summary, then no more samples */
     pthread_mutex_destroy(&core->files_lock);
     cache_destroy(core->cache);
     ckindex_close(core->index);
