@@ -883,13 +883,13 @@ void core_destroy(struct core *core)
 {
     if (!core)
         return;
-    while (core->files) /* opened, but the loop ended before their RELEASE */
+    xferlog_stop(core->xferlog); /* the last summary; it samples the stage, closed next */
+    while (core->files)          /* opened, but the loop ended before their RELEASE */
         release(core, core->files, 1);
     stage_close(core->stage); /* publishes what is staged (its callbacks use the rest) */
     cache_cancel(core->cache);
     ckindex_cancel(core->index);
-    workq_destroy(core->wq);     /* waits for fetches and builds already under way */
-    xferlog_stop(core->xferlog); /* the last summary, then no more samples */
+    workq_destroy(core->wq); /* waits for fetches and builds already under way */
     pthread_mutex_destroy(&core->files_lock);
     cache_destroy(core->cache);
     ckindex_close(core->index);
