@@ -43,9 +43,11 @@ struct cblock {
     struct cache_obj *obj;
     uint64_t idx;
     enum block_state state;
-    int err;       /* FAILED: the negative errno */
-    int in_table;  /* still reachable through the hash */
-    unsigned pins; /* readers copying from or waiting on this block */
+    int err;        /* FAILED: the negative errno */
+    int in_table;   /* still reachable through the hash */
+    unsigned pins;  /* readers copying from or waiting on this block */
+    int prefetched; /* fetched in the background ... */
+    int used;       /* ... and a reader has touched it since */
     struct cbuf *buf;
     char *data;
     uint32_t len;
@@ -245,8 +247,29 @@ static void cbuf_free(struct cache *c, struct cbuf *buf)
     free(buf);
 }
 
+/* A prefetched block goes: if no reader touched it, its bytes were fetched
+ * for nothing (counted once its fetch succeeded). */
+static void prefetch_account_drop(struct cache *c, struct cblock *b)
+{
+    if (!b->prefetched || b->used || b->state != BLOCK_READY)
+        return;
+    c->st.prefetch_unread_bytes -= b->len;
+    c->st.prefetch_unused_bytes += b->len;
+}
+
+/* A reader found block b (READY or still FETCHING). */
+static void prefetch_account_use(struct cache *c, struct cblock *b)
+{
+    if (!b->prefetched || b->used)
+        return;
+    b->used = 1;
+    if (b->state == BLOCK_READY)
+        c->st.prefetch_unread_bytes -= b->len;
+}
+
 static void block_free_locked(struct cache *c, struct cblock *b)
 {
+    prefetch_account_drop(c, b);
     if (b->buf && --b->buf->refs == 0)
         cbuf_free(c, b->buf);
     obj_unref_locked(c, b->obj);
@@ -338,6 +361,11 @@ static int fetch_run(struct cache *c, struct cache_obj *o, uint64_t first, uint3
             b->buf = buf;
             b->data = buf->data + pos;
             b->state = BLOCK_READY;
+            if (b->prefetched) {
+                c->st.prefetched_bytes += b->len;
+                if (!b->used)
+                    c->st.prefetch_unread_bytes += b->len;
+            }
             lru_push_front(c, b);
         } else {
             b->state = BLOCK_FAILED;
@@ -416,6 +444,7 @@ ssize_t cache_read(struct cache *c, struct cache_obj *o, uint64_t off, size_t le
             continue; /* the blocks are READY now (may be evicted again: look up) */
         }
         b->pins++;
+        prefetch_account_use(c, b);
         if (b->state == BLOCK_FETCHING) {
             c->st.shared++;
             while (b->state == BLOCK_FETCHING)
@@ -471,8 +500,11 @@ uint64_t cache_prefetch(struct cache *c, struct cache_obj *o, uint64_t off, uint
         if (!j)
             break;
         uint32_t made = 0;
-        while (made < n && block_insert_fetching(c, o, idx + made))
+        struct cblock *nb;
+        while (made < n && (nb = block_insert_fetching(c, o, idx + made))) {
+            nb->prefetched = 1;
             made++;
+        }
         if (made == 0) {
             free(j);
             break;

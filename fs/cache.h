@@ -33,15 +33,18 @@ struct cache_config {
 };
 
 struct cache_stats {
-    uint64_t hits;             /* blocks served from memory */
-    uint64_t misses;           /* blocks a reader had to fetch itself */
-    uint64_t shared;           /* blocks a reader waited for another's fetch of */
-    uint64_t prefetched;       /* blocks fetched in the background */
-    uint64_t prefetch_skipped; /* background blocks skipped: cache full of pinned data */
-    uint64_t evictions;        /* blocks dropped to stay within capacity */
-    uint64_t released;         /* blocks dropped behind a sequential reader */
-    uint64_t fetch_errors;     /* fetches that failed */
-    uint64_t bytes_cached;     /* current block bytes held */
+    uint64_t hits;                  /* blocks served from memory */
+    uint64_t misses;                /* blocks a reader had to fetch itself */
+    uint64_t shared;                /* blocks a reader waited for another's fetch of */
+    uint64_t prefetched;            /* blocks fetched in the background */
+    uint64_t prefetch_skipped;      /* background blocks skipped: cache full of pinned data */
+    uint64_t prefetched_bytes;      /* bytes of background fetches that succeeded */
+    uint64_t prefetch_unused_bytes; /* of those, dropped before any reader touched them */
+    uint64_t prefetch_unread_bytes; /* of those, held now and not read yet */
+    uint64_t evictions;             /* blocks dropped to stay within capacity */
+    uint64_t released;              /* blocks dropped behind a sequential reader */
+    uint64_t fetch_errors;          /* fetches that failed */
+    uint64_t bytes_cached;          /* current block bytes held */
     uint64_t capacity;
     uint64_t buffers_mapped; /* fetch buffers mapped fresh (bufpool.h) */
     uint64_t buffers_reused; /* fetch buffers taken from the pool again */

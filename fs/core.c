@@ -771,8 +771,9 @@ int core_stats_json(struct core *core, char *buf, size_t len)
         "\"read_bytes\": %llu, \"get_requests\": %llu, \"get_bytes\": %llu, "
         "\"head_requests\": %llu, \"list_requests\": %llu, \"retries\": %llu, \"errors\": %llu, "
         "\"cache\": {\"hits\": %llu, \"misses\": %llu, \"shared\": %llu, \"prefetched\": %llu, "
-        "\"prefetch_skipped\": %llu, \"evictions\": %llu, \"released\": %llu, \"fetch_errors\": "
-        "%llu, "
+        "\"prefetch_skipped\": %llu, \"prefetched_bytes\": %llu, \"prefetch_unused_bytes\": %llu, "
+        "\"prefetch_unread_bytes\": %llu, \"evictions\": %llu, \"released\": %llu, "
+        "\"fetch_errors\": %llu, "
         "\"bytes_cached\": %llu, \"capacity\": %llu, \"block_size\": %u, \"buffers_mapped\": "
         "%llu, \"buffers_reused\": %llu}, "
         "\"index\": {\"enabled\": %s, \"ready\": %llu, \"built\": %llu, \"reused\": %llu, "
@@ -787,9 +788,10 @@ int core_stats_json(struct core *core, char *buf, size_t len)
         (unsigned long long)atomic_load(&sc->retries), (unsigned long long)atomic_load(&sc->errors),
         (unsigned long long)cs.hits, (unsigned long long)cs.misses, (unsigned long long)cs.shared,
         (unsigned long long)cs.prefetched, (unsigned long long)cs.prefetch_skipped,
-        (unsigned long long)cs.evictions, (unsigned long long)cs.released,
-        (unsigned long long)cs.fetch_errors, (unsigned long long)cs.bytes_cached,
-        (unsigned long long)cs.capacity, core->cfg.block_size,
+        (unsigned long long)cs.prefetched_bytes, (unsigned long long)cs.prefetch_unused_bytes,
+        (unsigned long long)cs.prefetch_unread_bytes, (unsigned long long)cs.evictions,
+        (unsigned long long)cs.released, (unsigned long long)cs.fetch_errors,
+        (unsigned long long)cs.bytes_cached, (unsigned long long)cs.capacity, core->cfg.block_size,
         (unsigned long long)cs.buffers_mapped, (unsigned long long)cs.buffers_reused,
         core->index ? "true" : "false", (unsigned long long)is.ready, (unsigned long long)is.built,
         (unsigned long long)is.reused, (unsigned long long)is.failed,
@@ -833,6 +835,30 @@ static int open_stage(struct core *core, char *err, size_t errlen)
     int rc = stage_open(core->store, core->store->description, &sc, &core->stage, err, errlen);
     free(dir);
     return rc;
+}
+
+/* The transfer summary's view of the counters (xferlog.h). */
+static void sample_counters(void *arg, struct xfer_counters *out)
+{
+    struct core *core = arg;
+    struct cache_stats cs;
+    cache_get_stats(core->cache, &cs);
+    struct stage_stats ws = {0};
+    if (core->stage)
+        stage_get_stats(core->stage, &ws);
+    const struct store_counters *sc = &core->store->counters;
+    *out = (struct xfer_counters){
+        .read_bytes = atomic_load(&core->read_bytes),
+        .get_requests = atomic_load(&sc->get_requests),
+        .get_bytes = atomic_load(&sc->get_bytes),
+        .hits = cs.hits,
+        .misses = cs.misses,
+        .shared = cs.shared,
+        .write_bytes = ws.write_bytes,
+        .put_requests = atomic_load(&sc->put_requests) + atomic_load(&sc->part_requests),
+        .put_bytes = atomic_load(&sc->put_bytes),
+        .errors = atomic_load(&sc->errors),
+    };
 }
 
 int core_create(struct store *store, const struct core_config *cfg, struct core **out)
@@ -884,6 +910,9 @@ int core_create(struct store *store, const struct core_config *cfg, struct core 
         free(core);
         return rc;
     }
+    if (cfg->stats_interval > 0 &&
+        xferlog_start(cfg->stats_interval, sample_counters, core, &core->xferlog) < 0)
+        log_warn("no transfer summaries: cannot start their thread");
     *out = core;
     return 0;
 }
@@ -892,7 +921,8 @@ void core_destroy(struct core *core)
 {
     if (!core)
         return;
-    while (core->files) /* opened, but the loop ended before their RELEASE */
+    xferlog_stop(core->xferlog); /* the last summary; it samples the stage, closed next */
+    while (core->files)          /* opened, but the loop ended before their RELEASE */
         release(core, core->files, 1);
     stage_close(core->stage); /* publishes what is staged (its callbacks use the rest) */
     cache_cancel(core->cache);

@@ -31,10 +31,12 @@ struct core_config {
     const char *cache_dir;     /* on-disk state (index, staging); NULL = none (read-only) */
     int writable;              /* accept writes (needs cache_dir and a store that can write) */
     struct stage_config stage; /* the write path's settings (dir: CACHE_DIR/stage) */
+    double stats_interval;     /* log a transfer summary this often (s); 0 = never */
 };
 
 /* Defaults: 1 s attributes, 1 GiB cache, 1 MiB blocks, 8 MiB requests,
- * readahead 1 MiB .. 256 MiB, 8 workers, writable, stage_config_defaults(). */
+ * readahead 1 MiB .. 256 MiB, 8 workers, writable, stage_config_defaults(),
+ * no transfer summary (the daemon's --stats-interval sets one). */
 void core_config_defaults(struct core_config *cfg);
 
 struct core;

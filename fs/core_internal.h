@@ -21,6 +21,7 @@
 #include "readahead.h"
 #include "stage.h"
 #include "workq.h"
+#include "xferlog.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -38,8 +39,9 @@ struct core {
     struct core_config cfg;
     struct workq *wq;
     struct cache *cache;
-    struct ckindex *index; /* NULL when no cache dir or the index cannot open */
-    struct stage *stage;   /* NULL when the mount is read-only */
+    struct ckindex *index;   /* NULL when no cache dir or the index cannot open */
+    struct stage *stage;     /* NULL when the mount is read-only */
+    struct xferlog *xferlog; /* NULL when cfg.stats_interval is 0 */
     uid_t uid;
     gid_t gid;
     double started;

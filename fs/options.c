@@ -171,6 +171,8 @@ static const struct opt table[] = {
      set_mount_options, NULL},
     {"log-level", 0, K_CUSTOM, 0, 0, 0, "LEVEL", "error, warn, info or debug (info)", set_log_level,
      NULL},
+    {"stats-interval", 0, K_SECONDS, F(core.stats_interval), 0, 86400, "SEC",
+     "log a transfer summary this often while data moves (5; 0 = never)", NULL, NULL},
     {"log-file", 0, K_STRING, F(log_file), 0, 0, "PATH",
      "log here instead of syslog when in the background", NULL, NULL},
 };
@@ -405,6 +407,7 @@ void options_defaults(struct options *o)
     memset(o, 0, sizeof *o);
     core_config_defaults(&o->core);
     o->max_readahead = 1u << 20;
+    o->core.stats_interval = 5;
 }
 
 int options_parse(int argc, char **argv, struct options *o)

@@ -190,6 +190,26 @@ Test(cache, prefetch_respects_capacity)
     teardown();
 }
 
+Test(cache, prefetched_bytes_never_read_are_counted_when_dropped)
+{
+    setup_with(4 * 64 * KiB);
+    cr_assert_eq(cache_prefetch(cache, obj, 0, 4 * 64 * KiB), 4 * 64 * KiB);
+    wait_prefetch_idle();
+    check_range(0, 1); /* touches block 0 only */
+    struct cache_stats st;
+    cache_get_stats(cache, &st);
+    cr_assert_eq(st.prefetched_bytes, 4 * 64 * KiB);
+    cr_assert_eq(st.prefetch_unread_bytes, 3 * 64 * KiB);
+    cr_assert_eq(st.prefetch_unused_bytes, 0);
+    /* Reading elsewhere evicts all four: three of them were never read. */
+    check_range(6 * 64 * KiB, 4 * 64 * KiB);
+    cache_get_stats(cache, &st);
+    cr_assert_eq(st.prefetch_unused_bytes, 3 * 64 * KiB, "unused %llu",
+                 (unsigned long long)st.prefetch_unused_bytes);
+    cr_assert_eq(st.prefetch_unread_bytes, 0);
+    teardown();
+}
+
 Test(cache, store_error_reaches_reader_and_is_not_cached, .init = setup, .fini = teardown)
 {
     mem_store_fail(store, MEM_OP_READ, -EIO, -1);

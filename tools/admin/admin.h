@@ -34,6 +34,8 @@ struct admin_opts {
     long next;             /* index at: items to list after the hit */
     long lookups;          /* index bench: lookups to time */
     int hash;              /* dump: also SHA-256 of files and items */
+    double watch;          /* stats: sample every this many seconds; 0 = once */
+    long count;            /* stats --watch: stop after this many samples; 0 = never */
     int argc;              /* positional arguments after the verb */
     char **argv;
 };
@@ -109,5 +111,6 @@ int cmd_dump(struct admin_opts *o);
 int cmd_inspect(struct admin_opts *o);
 int cmd_verify(struct admin_opts *o);
 int cmd_index(struct admin_opts *o);
+int cmd_stats(struct admin_opts *o);
 
 #endif

@@ -1,5 +1,6 @@
 /*
- * tools/admin/main.c - ckptfs-admin: inspect, verify and index checkpoints.
+ * tools/admin/main.c - ckptfs-admin: inspect, verify and index checkpoints;
+ * show a mount's statistics.
  *
  *   ckptfs-admin VERB ARGS... [--json] [options]
  *
@@ -36,6 +37,12 @@ static void usage(FILE *f)
           "  index at CKPT FILE OFFSET [--next N]\n"
           "                          the item holding byte OFFSET of FILE, and N items after\n"
           "                          it in layout order, answered from the index\n"
+          "  stats MOUNTPOINT        a ckptfs mount's counters since it started: bytes read\n"
+          "                          and fetched, requests by kind, hit rate, prefetched\n"
+          "                          bytes never used, index and write state\n"
+          "    --watch [SECONDS]     print rates per second every SECONDS (1) until\n"
+          "                          interrupted (--json: one object per line)\n"
+          "    --count N             stop --watch after N lines\n"
           "\n"
           "options:\n"
           "  --json                  one JSON document on stdout (errors: {\"error\": ...})\n"
@@ -62,7 +69,7 @@ static void usage(FILE *f)
 /* Does option a take the next argument as its value? */
 static int takes_value(const char *a)
 {
-    static const char *const opts[] = {"--cache-dir",    "--next",   "--lookups",
+    static const char *const opts[] = {"--cache-dir",    "--next",   "--lookups", "--count",
                                        "--endpoint-url", "--region", "--profile"};
     for (size_t i = 0; i < sizeof(opts) / sizeof(opts[0]); i++)
         if (strcmp(a, opts[i]) == 0)
@@ -98,13 +105,28 @@ int main(int argc, char **argv)
             fprintf(stderr, "ckptfs-admin: %s needs a value\n", a);
             free(pos);
             return EX_USAGE;
+        } else if (strcmp(a, "--watch") == 0 || strncmp(a, "--watch=", 8) == 0) {
+            /* The interval is optional: taken when the next argument is a number. */
+            const char *v = a[7] == '=' ? a + 8 : NULL;
+            char *end = NULL;
+            if (!v && i + 1 < argc) {
+                strtod(argv[i + 1], &end);
+                if (end != argv[i + 1] && *end == '\0')
+                    v = argv[++i];
+            }
+            o.watch = v ? strtod(v, &end) : 1.0;
+            if ((v && *end) || !(o.watch > 0) || o.watch > 86400) {
+                fprintf(stderr, "ckptfs-admin: --watch wants seconds > 0\n");
+                free(pos);
+                return EX_USAGE;
+            }
         } else if (strcmp(a, "--cache-dir") == 0 || strcmp(a, "--next") == 0 ||
-                   strcmp(a, "--lookups") == 0) {
-            if (a[2] == 'c') {
+                   strcmp(a, "--lookups") == 0 || strcmp(a, "--count") == 0) {
+            if (a[2] == 'c' && a[3] == 'a') {
                 o.cache_dir = argv[++i];
             } else {
                 char *end;
-                long *dst = a[2] == 'n' ? &o.next : &o.lookups;
+                long *dst = a[2] == 'n' ? &o.next : a[2] == 'l' ? &o.lookups : &o.count;
                 *dst = strtol(argv[++i], &end, 10);
                 if (*end || *dst < 0) {
                     fprintf(stderr, "ckptfs-admin: %s wants a count\n", a);
@@ -140,7 +162,8 @@ int main(int argc, char **argv)
         const char *name;
         int (*fn)(struct admin_opts *);
     } verbs[] = {{"ls", cmd_ls},           {"where", cmd_where},   {"dump", cmd_dump},
-                 {"inspect", cmd_inspect}, {"verify", cmd_verify}, {"index", cmd_index}};
+                 {"inspect", cmd_inspect}, {"verify", cmd_verify}, {"index", cmd_index},
+                 {"stats", cmd_stats}};
     int ex = -1;
     o.argc = npos - 1;
     o.argv = pos + 1;
