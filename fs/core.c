@@ -29,13 +29,16 @@
 
 #define META_MAX_ENTRIES 262144
 #define META_BUCKETS 65536
+#define PREFERRED_IO_SIZE (1u << 20) /* st_blksize: readers' buffer size (Python's) */
 #define LISTING_MAX 1000             /* lookups in larger directories ask the store by name */
 
 void core_config_defaults(struct core_config *cfg)
 {
     cfg->attr_timeout = 1.0;
     cfg->cache_size = 1ull << 30;
-    cfg->block_size = 1u << 20;
+    /* Small blocks: a fetch covers the bytes wanted to within 64 KiB at each
+     * end (requests are still request_size: a run of blocks is one GET). */
+    cfg->block_size = 64u << 10;
     cfg->request_size = 8u << 20;
     cfg->readahead_min = 1u << 20;
     cfg->readahead_max = 256u << 20;
@@ -193,7 +196,7 @@ static void to_stat(const struct core *core, const struct store_stat *s, struct 
         st->st_size = (off_t)s->size;
         st->st_blocks = (blkcnt_t)((s->size + 511) / 512);
     }
-    st->st_blksize = (blksize_t)core->cfg.block_size;
+    st->st_blksize = (blksize_t)PREFERRED_IO_SIZE;
     st->st_uid = core->uid;
     st->st_gid = core->gid;
     st->st_mtim.tv_sec = mtime;
