@@ -8,7 +8,8 @@ rank 0 only), row-sharded across ranks; every value is a deterministic function 
 its fqn, so a load is verified element by element.
 
   dcp_workload.py save DIR --world 4 --mb 256 [--layers 8] [--per-rank]
-  dcp_workload.py load DIR --world 4 --mb 256 [--layers 8] [--only PREFIX]
+  dcp_workload.py load DIR --world 4 --mb 256 [--layers 8] [--only PREFIX[,PREFIX...]]
+      [--optim] [--shuffle SEED]   (--world may differ from the save's: a resharded load)
   dcp_workload.py save DIR --world 4 --rank-dirs DIR0,DIR1,DIR2,DIR3   (one path per rank:
       e.g. the same checkpoint directory through two mounts, as two nodes would)
 
@@ -54,8 +55,10 @@ def _install_py311_shim():
 _install_py311_shim()
 
 
-def layout(mb, layers):
-    """(fqn, rows, cols) of each tensor: `layers` blocks of 4 float32 matrices."""
+def layout(mb, layers, optim=False):
+    """(fqn, rows, cols) of each tensor: `layers` blocks of 4 float32 matrices; with optim,
+    then an optimizer state of the same shape per matrix (`optim.<fqn>.exp_avg`), after
+    the whole model as in a {"model": ..., "optim": ...} state dict."""
     total = mb * 1_000_000
     per_tensor = max(total // (layers * 4), 4096)
     cols = 1024
@@ -64,6 +67,8 @@ def layout(mb, layers):
     for i in range(layers):
         for part in ("attn.qkv", "attn.out", "mlp.up", "mlp.down"):
             names.append((f"layers.{i}.{part}.weight", rows, cols))
+    if optim:
+        names += [(f"optim.{fqn}.exp_avg", r, c) for fqn, r, c in names]
     return names
 
 
@@ -105,9 +110,12 @@ def worker(rank, world, port, args, results):
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=world, timeout=datetime.timedelta(seconds=600))
     try:
-        names = layout(args.mb, args.layers)
+        names = layout(args.mb, args.layers, args.optim)
         if args.only:
-            names = [n for n in names if n[0].startswith(args.only)]
+            names = [n for n in names if n[0].startswith(tuple(args.only.split(",")))]
+        if args.shuffle is not None:
+            import random
+            random.Random(args.shuffle).shuffle(names)
         path = args.rank_dirs[rank] if args.rank_dirs else args.dir
         if args.op == "save":
             sd = state_dict(torch, world, names, zero=False)
@@ -150,7 +158,12 @@ def main():
     ap.add_argument("--world", type=int, default=4)
     ap.add_argument("--mb", type=int, default=256, help="total checkpoint size in MB")
     ap.add_argument("--layers", type=int, default=8)
-    ap.add_argument("--only", default="", help="load only tensors whose fqn starts with this")
+    ap.add_argument("--only", default="",
+                    help="load only tensors whose fqn starts with one of these (comma-separated)")
+    ap.add_argument("--optim", action="store_true",
+                    help="the checkpoint has an optimizer state per matrix after the model")
+    ap.add_argument("--shuffle", type=int, default=None, metavar="SEED",
+                    help="load the keys in a shuffled order (a different state dict order)")
     ap.add_argument("--per-rank", action="store_true",
                     help="save one file per rank (single_file_per_rank=True) instead of one per item")
     ap.add_argument("--rank-dirs", default="",
