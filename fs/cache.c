@@ -21,6 +21,7 @@
 #include "log.h"
 #include "strutil.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -437,13 +438,22 @@ ssize_t cache_read(struct cache *c, struct cache_obj *o, uint64_t off, size_t le
 
 uint64_t cache_prefetch(struct cache *c, struct cache_obj *o, uint64_t off, uint64_t len)
 {
+    return cache_prefetch_split(c, o, off, len, c->cfg.request_size);
+}
+
+uint64_t cache_prefetch_split(struct cache *c, struct cache_obj *o, uint64_t off, uint64_t len,
+                              uint32_t request)
+{
     if (off >= o->size || len == 0)
         return 0;
     if (len > o->size - off)
         len = o->size - off;
     uint64_t bs = c->cfg.block_size;
     uint64_t first = off / bs, last = (off + len - 1) / bs;
-    uint32_t max_run = c->cfg.request_size / c->cfg.block_size;
+    if (request > c->cfg.request_size)
+        request = c->cfg.request_size;
+    uint32_t max_run = request > bs ? (uint32_t)(request / bs) : 1;
+    assert(max_run >= 1);
     uint64_t scheduled = 0;
 
     pthread_mutex_lock(&c->lock);

@@ -84,6 +84,12 @@ void cache_release_behind(struct cache *c, struct cache_obj *o, uint64_t from, u
  * the number of bytes newly scheduled. */
 uint64_t cache_prefetch(struct cache *c, struct cache_obj *o, uint64_t off, uint64_t len);
 
+/* cache_prefetch() in requests of at most request bytes (rounded to blocks,
+ * at most request_size): a range that one reader waits for is fetched by
+ * several GETs in parallel. */
+uint64_t cache_prefetch_split(struct cache *c, struct cache_obj *o, uint64_t off, uint64_t len,
+                              uint32_t request);
+
 void cache_get_stats(struct cache *c, struct cache_stats *out);
 
 #endif

@@ -30,6 +30,7 @@
 #define META_MAX_ENTRIES 262144
 #define META_BUCKETS 65536
 #define PREFERRED_IO_SIZE (1u << 20) /* st_blksize: readers' buffer size (Python's) */
+#define ITEM_REQUEST (1u << 20)      /* items are fetched in parallel GETs of this size */
 #define LISTING_MAX 1000             /* lookups in larger directories ask the store by name */
 
 void core_config_defaults(struct core_config *cfg)
@@ -544,7 +545,7 @@ static int prefetch_items(struct core *core, struct core_file *f, uint64_t off, 
         next[i - 1] = (struct prefetch_span){sp[i].offset, sp[i].length};
     int k = prefetch_enter(&f->pf, cur, next, n - 1, out);
     for (int i = 0; i < k; i++)
-        cache_prefetch(core->cache, f->obj, out[i].offset, out[i].length);
+        cache_prefetch_split(core->cache, f->obj, out[i].offset, out[i].length, ITEM_REQUEST);
     atomic_fetch_add(&core->item_prefetches, (uint64_t)k);
     return prefetch_planned(&f->pf);
 }
