@@ -47,6 +47,7 @@ struct cblock {
     int err;       /* FAILED: the negative errno */
     int in_table;  /* still reachable through the hash */
     unsigned pins; /* readers copying from or waiting on this block */
+    int unread;    /* fetched in the background and not read yet */
     struct cbuf *buf;
     char *data;
     uint32_t len;
@@ -257,13 +258,16 @@ static uint32_t block_len(const struct cache *c, const struct cache_obj *o, uint
 }
 
 /* Evict least recently used unpinned READY blocks until need more bytes
- * fit. Returns 1 if they fit. */
-static int make_room_locked(struct cache *c, uint64_t need)
+ * fit. A background fetch (background) does not evict blocks fetched in the
+ * background that nobody has read yet: under pressure, prefetching more
+ * would only throw away what was prefetched before it is used. Returns 1 if
+ * they fit. */
+static int make_room_locked(struct cache *c, uint64_t need, int background)
 {
     struct cblock *b = c->lru.lru_prev;
     while (c->st.bytes_cached + need > c->cfg.capacity && b != &c->lru) {
         struct cblock *prev = b->lru_prev;
-        if (b->pins == 0) {
+        if (b->pins == 0 && !(background && b->unread)) {
             lru_unlink(b);
             block_unhash(c, b);
             c->st.bytes_cached -= b->len;
@@ -334,6 +338,7 @@ static int fetch_run(struct cache *c, struct cache_obj *o, uint64_t first, uint3
             b->buf = buf;
             b->data = buf->data + pos;
             b->state = BLOCK_READY;
+            b->unread = background;
             lru_push_front(c, b);
         } else {
             b->state = BLOCK_FAILED;
@@ -393,7 +398,7 @@ ssize_t cache_read(struct cache *c, struct cache_obj *o, uint64_t off, size_t le
             uint32_t n = 0;
             while (idx + n <= last && !block_find(c, o, idx + n))
                 n++;
-            make_room_locked(c, (uint64_t)n * bs);
+            make_room_locked(c, (uint64_t)n * bs, 0);
             for (uint32_t i = 0; i < n; i++) {
                 if (!block_insert_fetching(c, o, idx + i)) {
                     n = i;
@@ -426,6 +431,7 @@ ssize_t cache_read(struct cache *c, struct cache_obj *o, uint64_t off, size_t le
             break;
         }
         lru_touch(c, b);
+        b->unread = 0;
         pthread_mutex_unlock(&c->lock);
         copy_from_block(c, b, off, len, dst);
         pthread_mutex_lock(&c->lock);
@@ -468,7 +474,7 @@ uint64_t cache_prefetch_split(struct cache *c, struct cache_obj *o, uint64_t off
         uint64_t bytes = 0;
         for (uint32_t i = 0; i < n; i++)
             bytes += block_len(c, o, idx + i);
-        if (!make_room_locked(c, bytes)) {
+        if (!make_room_locked(c, bytes, 1)) {
             c->st.prefetch_skipped += last - idx + 1;
             break;
         }
