@@ -1,16 +1,19 @@
 """tests/integration/test_load.py - real DCP loads fetch what they need, once.
 
-Real torch 1.13 DCP checkpoints (4 ranks, 4 layers of 4 matrices, items of 1-2 MB per
-rank) on s3rver, loaded through one cold mount by real ranks (gloo). The daemon counts
-the bytes it fetched from the store (get_bytes); the bytes a load needs are the items
-of the keys it loads, from .metadata (ckptfs-admin dump). Checks:
+Real torch 1.13 DCP checkpoints (4 ranks, 4 layers of 4 matrices, items of 0.5 MB per
+rank, an optimizer state per matrix after the model, and a plain tensor of 2 MB that
+rank 0 saves and every rank loads) on s3rver, loaded through one cold mount by real
+ranks (gloo). The daemon counts the bytes it fetched from the store (get_bytes); the
+bytes a load needs are the items of the keys it loads, from .metadata (ckptfs-admin
+dump). Checks:
 
 - partial loads fetch at most 1.10x what they need: one layer, a contiguous range of
   layers (a pipeline stage), model only from a model+optimizer checkpoint, the same
   keys in a shuffled order, resharded loads (saved by 4 ranks, loaded by 2 and 3), in
   both layouts (one file per rank, one file per item);
 - ranks on one mount fetch each byte once (<= 1.02x the unique bytes needed): a full
-  load by 4 ranks, and one resharded to 3 (ranks then read items of the same file).
+  load by 4 ranks (all of them read the plain tensor from rank 0's file), and one
+  resharded to 3 (ranks then read items of the same file).
 """
 import json
 import os
@@ -41,12 +44,12 @@ def save(tmp_path_factory, name, *extra):
 
 @pytest.fixture(scope="module")
 def per_rank(tmp_path_factory):
-    return save(tmp_path_factory, "per_rank", "--per-rank", "--optim")
+    return save(tmp_path_factory, "per_rank", "--per-rank", "--optim", "--replicated")
 
 
 @pytest.fixture(scope="module")
 def per_item(tmp_path_factory):
-    return save(tmp_path_factory, "per_item", "--optim")
+    return save(tmp_path_factory, "per_item", "--optim", "--replicated")
 
 
 def storage(src):
@@ -64,7 +67,7 @@ def needed_bytes(src, only):
 def load(m, prefix, world, *extra):
     out = subprocess.run(["/usr/bin/python3", WORKLOAD, "load", m.p(prefix), "--world",
                           str(world), "--mb", str(MB), "--layers", str(LAYERS), "--optim",
-                          *extra], capture_output=True, text=True, timeout=300)
+                          "--replicated", *extra], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -129,9 +132,9 @@ def test_partial_load_per_item_fetches_what_it_needs(s3server, mounter, request,
 
 @pytest.mark.parametrize("world", [WORLD, 3])
 def test_ranks_on_one_mount_fetch_each_byte_once(s3server, mounter, request, per_rank, world):
-    """A full load by 4 ranks on one mount; and resharded to 3 ranks, so that ranks
-    share items (ranks 1 and 2 both read items of the file rank 1 saved): each byte
-    is fetched once."""
+    """A full load by 4 ranks on one mount (every rank reads the plain tensor in rank
+    0's file); and resharded to 3 ranks, so that ranks also share sharded items (ranks
+    1 and 2 both read items of the file rank 1 saved): each byte is fetched once."""
     store = s3_store(s3server, request.node.name)
     fetched, need, st = fetched_for_load(store, mounter, per_rank, world, "")
     assert fetched <= 1.02 * need, (fetched / need, fetched, need, st["cache"])
