@@ -29,9 +29,11 @@
 
 #define META_MAX_ENTRIES 262144
 #define META_BUCKETS 65536
-#define PREFERRED_IO_SIZE (1u << 20) /* st_blksize: readers' buffer size (Python's) */
-#define ITEM_REQUEST (1u << 20)      /* items are fetched in parallel GETs of this size */
-#define LISTING_MAX 1000             /* lookups in larger directories ask the store by name */
+/* st_blksize, which sizes readers' buffers (Python's): a buffered reader
+ * reads this much wherever it reads, also past the last item it wants. */
+#define PREFERRED_IO_SIZE (128u << 10)
+#define ITEM_REQUEST (1u << 20) /* items are fetched in parallel GETs of this size */
+#define LISTING_MAX 1000        /* lookups in larger directories ask the store by name */
 
 void core_config_defaults(struct core_config *cfg)
 {
@@ -511,7 +513,10 @@ int core_open(struct core *core, const char *path, int flags, struct core_file *
             f->fd = -1; /* changed or vanished since the lookup: the cache path reports it */
     }
     readahead_init(&f->ra, core->cfg.readahead_min, core->cfg.readahead_max);
-    prefetch_init(&f->pf, core->cfg.readahead_max, core->cfg.kernel_readahead);
+    /* How far readers read past what they want: the kernel keeps up to two
+     * readahead windows ahead of a sequential reader, after a buffer. */
+    prefetch_init(&f->pf, core->cfg.readahead_max,
+                  2 * (uint64_t)core->cfg.kernel_readahead + PREFERRED_IO_SIZE);
     core_file_link(core, f);
     *out = f;
     return 0;

@@ -21,11 +21,17 @@ static int inside(const struct prefetch *p, uint64_t off)
 int prefetch_read(struct prefetch *p, uint64_t off, uint64_t len, uint64_t *probe)
 {
     assert(len > 0);
-    p->sequential = 0;
-    for (int i = 0; i < PREFETCH_ENDS; i++)
-        p->sequential |= off > 0 && p->ends[i] == off;
-    p->ends[p->next_end] = off + len;
-    p->next_end = (p->next_end + 1) % PREFETCH_ENDS;
+    /* One slot per stream: a read that continues one moves its end. */
+    int slot = -1;
+    for (int i = 0; i < PREFETCH_ENDS && slot < 0; i++)
+        if (off > 0 && p->ends[i] == off)
+            slot = i;
+    p->sequential = slot >= 0;
+    if (slot < 0) {
+        slot = (int)p->next_end;
+        p->next_end = (p->next_end + 1) % PREFETCH_ENDS;
+    }
+    p->ends[slot] = off + len;
     /* A read whose first page ends the item being read is for that item
      * (its end); otherwise it is for the item after that page's end. */
     *probe = inside(p, off) ? off : off + (len < PAGE_GUESS ? len : PAGE_GUESS) - 1;

@@ -34,8 +34,9 @@
  * the run (layouts may pad between items). */
 #define PREFETCH_GAP (64u << 10)
 
-/* Recent read ends remembered: the kernel continues a readahead stream from
- * where it left it, with other reads of the file in between. */
+/* Read streams remembered (where each ended): the kernel continues a
+ * readahead stream from where it left it, with other reads (another stream
+ * of the same reader) in between. */
 #define PREFETCH_ENDS 8
 
 struct prefetch_span {
@@ -48,7 +49,7 @@ struct prefetch {
     uint64_t ahead_end;            /* the run's items are requested up to here */
     uint64_t max_item;             /* larger items are left to the readahead */
     uint64_t overshoot;            /* how far readers read past what they want */
-    uint64_t ends[PREFETCH_ENDS];  /* where recent reads ended (0: none) */
+    uint64_t ends[PREFETCH_ENDS];  /* where recent read streams ended (0: none) */
     unsigned next_end;             /* the slot of ends to write next */
     int sequential;                /* the read being planned starts at one of ends */
     int planned;                   /* the current item is handled here (not too large) */

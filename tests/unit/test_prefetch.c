@@ -199,3 +199,22 @@ Test(prefetch, huge_items_are_left_to_the_readahead)
     cr_assert_eq(prefetch_enter(&pf, cur, NULL, 0, out), 0);
     cr_assert(!prefetch_planned(&pf));
 }
+
+Test(prefetch, readahead_stream_resumed_after_other_reads_is_tentative)
+{
+    /* torch reads an item's directory at its end (the kernel reads on past
+     * it), then the data in many reads; when the reader stops, the kernel
+     * resumes the first stream into the next item. Only its bytes: the
+     * next item is not wanted. */
+    struct sim s;
+    sim_init(&s);
+    uint64_t a = 40 * ITEM, b = a + ITEM;
+    sim_read(&s, page_down(a), 12 * KiB);
+    uint64_t dir = page_down(b - 8000);
+    sim_read(&s, dir, 12 * KiB);
+    for (uint64_t off = page_down(a) + 12 * KiB; off < dir; off += 16 * KiB)
+        sim_read(&s, off, dir - off < 16 * KiB ? dir - off : 16 * KiB);
+    sim_read(&s, dir + 12 * KiB, 112 * KiB);
+    cr_assert(!s.fetched[41], "the resumed readahead stream fetched the next item whole");
+    cr_assert_eq(s.bytes, ITEM);
+}
