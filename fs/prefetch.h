@@ -63,9 +63,10 @@ void prefetch_init(struct prefetch *p, uint64_t max_item, uint64_t overshoot);
 /* A read of [off, off + len) arrives; *probe is set to the offset whose item
  * the read enters (kernel reads are whole pages: the first page of a read
  * for an item's start often ends the item before; unless that is the item
- * being read, the read is taken for the next). Returns 1 if the item holding *probe must be looked up
- * and given to prefetch_enter(), 0 if the read stays in the item last
- * entered and nothing changes (prefetch_planned() says who handles it). */
+ * being read, the read is taken for the next). Returns 1 if the item
+ * holding *probe must be looked up and given to prefetch_enter(), 0 if the
+ * read stays in the item last entered and nothing changes
+ * (prefetch_planned() says who handles it). */
 int prefetch_read(struct prefetch *p, uint64_t off, uint64_t len, uint64_t *probe);
 
 /* 1 if the item last entered was fetched here (the readahead is not needed). */
