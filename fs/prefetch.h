@@ -17,11 +17,11 @@
  *
  * Readers read past what they want: the kernel's readahead (and a reader's
  * own buffer) continue a sequential read into the next item even when the
- * load stops before it. So a read that enters an item right where a recent
- * read ended is tentative: it fetches only its own bytes. The item
- * is fetched whole when a read in it does not continue the previous one
- * (torch seeks to the item's end), or when sequential reads have gone
- * further into it than the overshoot (a whole-file reader).
+ * load stops before it. So a read that enters an item where a read stream
+ * ended is tentative: it fetches only its own bytes, and the item does not
+ * count as consumed. The item is fetched whole when a read in it does not
+ * continue a stream (torch seeks to the item's end), or when sequential
+ * reads have gone further into it than the overshoot (a whole-file reader).
  */
 #ifndef CKPTFS_PREFETCH_H
 #define CKPTFS_PREFETCH_H
@@ -45,7 +45,7 @@ struct prefetch_span {
 
 struct prefetch {
     uint64_t item_start, item_end; /* the item last entered (end 0: none) */
-    uint64_t run_bytes;            /* bytes of the current run's items, the entered one included */
+    uint64_t run_bytes;            /* bytes of the current run's confirmed items */
     uint64_t ahead_end;            /* the run's items are requested up to here */
     uint64_t max_item;             /* larger items are left to the readahead */
     uint64_t overshoot;            /* how far readers read past what they want */
