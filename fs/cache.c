@@ -21,6 +21,7 @@
 #include "log.h"
 #include "strutil.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -284,13 +285,16 @@ static uint32_t block_len(const struct cache *c, const struct cache_obj *o, uint
 }
 
 /* Evict least recently used unpinned READY blocks until need more bytes
- * fit. Returns 1 if they fit. */
-static int make_room_locked(struct cache *c, uint64_t need)
+ * fit. A background fetch (background) does not evict blocks fetched in the
+ * background that nobody has read yet: under pressure, prefetching more
+ * would only throw away what was prefetched before it is used. Returns 1 if
+ * they fit. */
+static int make_room_locked(struct cache *c, uint64_t need, int background)
 {
     struct cblock *b = c->lru.lru_prev;
     while (c->st.bytes_cached + need > c->cfg.capacity && b != &c->lru) {
         struct cblock *prev = b->lru_prev;
-        if (b->pins == 0) {
+        if (b->pins == 0 && !(background && b->prefetched && !b->used)) {
             lru_unlink(b);
             block_unhash(c, b);
             c->st.bytes_cached -= b->len;
@@ -425,7 +429,7 @@ ssize_t cache_read(struct cache *c, struct cache_obj *o, uint64_t off, size_t le
             uint32_t n = 0;
             while (idx + n <= last && !block_find(c, o, idx + n))
                 n++;
-            make_room_locked(c, (uint64_t)n * bs);
+            make_room_locked(c, (uint64_t)n * bs, 0);
             for (uint32_t i = 0; i < n; i++) {
                 if (!block_insert_fetching(c, o, idx + i)) {
                     n = i;
@@ -471,13 +475,22 @@ ssize_t cache_read(struct cache *c, struct cache_obj *o, uint64_t off, size_t le
 
 uint64_t cache_prefetch(struct cache *c, struct cache_obj *o, uint64_t off, uint64_t len)
 {
+    return cache_prefetch_split(c, o, off, len, c->cfg.request_size);
+}
+
+uint64_t cache_prefetch_split(struct cache *c, struct cache_obj *o, uint64_t off, uint64_t len,
+                              uint32_t request)
+{
     if (off >= o->size || len == 0)
         return 0;
     if (len > o->size - off)
         len = o->size - off;
     uint64_t bs = c->cfg.block_size;
     uint64_t first = off / bs, last = (off + len - 1) / bs;
-    uint32_t max_run = c->cfg.request_size / c->cfg.block_size;
+    if (request > c->cfg.request_size)
+        request = c->cfg.request_size;
+    uint32_t max_run = request > bs ? (uint32_t)(request / bs) : 1;
+    assert(max_run >= 1);
     uint64_t scheduled = 0;
 
     pthread_mutex_lock(&c->lock);
@@ -492,7 +505,7 @@ uint64_t cache_prefetch(struct cache *c, struct cache_obj *o, uint64_t off, uint
         uint64_t bytes = 0;
         for (uint32_t i = 0; i < n; i++)
             bytes += block_len(c, o, idx + i);
-        if (!make_room_locked(c, bytes)) {
+        if (!make_room_locked(c, bytes, 1)) {
             c->st.prefetch_skipped += last - idx + 1;
             break;
         }

@@ -11,8 +11,9 @@
  * hands them to the worker pool, so several GETs are in flight at once.
  * Memory is bounded by capacity: ready blocks are evicted least recently
  * used first; blocks being copied or fetched are pinned. Background
- * prefetch is skipped rather than overcommit; demand reads may exceed the
- * bound briefly.
+ * prefetch is skipped rather than overcommit, or than evict blocks fetched
+ * in the background that nobody has read yet (under pressure it fetches
+ * less, not more); demand reads may exceed the bound briefly.
  */
 #ifndef CKPTFS_CACHE_H
 #define CKPTFS_CACHE_H
@@ -88,6 +89,12 @@ void cache_release_behind(struct cache *c, struct cache_obj *o, uint64_t from, u
  * already cached or in flight are skipped. Never waits for I/O. Returns
  * the number of bytes newly scheduled. */
 uint64_t cache_prefetch(struct cache *c, struct cache_obj *o, uint64_t off, uint64_t len);
+
+/* cache_prefetch() in requests of at most request bytes (rounded to blocks,
+ * at most request_size): a range that one reader waits for is fetched by
+ * several GETs in parallel. */
+uint64_t cache_prefetch_split(struct cache *c, struct cache_obj *o, uint64_t off, uint64_t len,
+                              uint32_t request);
 
 void cache_get_stats(struct cache *c, struct cache_stats *out);
 

@@ -284,6 +284,17 @@ int ckindex_items(struct ckindex *ci, const char *path, uint64_t off, uint64_t b
     return n;
 }
 
+int ckindex_building(struct ckindex *ci, const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    size_t dlen = slash ? (size_t)(slash - path) : 0;
+    pthread_mutex_lock(&ci->lock);
+    struct ckdir *d = dir_find_locked(ci, path, dlen);
+    int building = d && d->state == DIR_BUILDING;
+    pthread_mutex_unlock(&ci->lock);
+    return building;
+}
+
 int ckindex_is_checkpoint(struct ckindex *ci, const char *dir)
 {
     pthread_mutex_lock(&ci->lock);

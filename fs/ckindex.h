@@ -59,6 +59,10 @@ void ckindex_notice(struct ckindex *ci, const char *dir, const struct store_stat
 int ckindex_items(struct ckindex *ci, const char *path, uint64_t off, uint64_t budget,
                   struct ckindex_span *out, int max);
 
+/* 1 if the file at store path is in a checkpoint directory whose index is
+ * being built (ckindex_items() will answer once it is ready). */
+int ckindex_building(struct ckindex *ci, const char *path);
+
 /* 1 if dir (store path) is a checkpoint directory this mount has noticed
  * (indexed, being indexed, or failed to index). */
 int ckindex_is_checkpoint(struct ckindex *ci, const char *dir);

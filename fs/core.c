@@ -29,16 +29,23 @@
 
 #define META_MAX_ENTRIES 262144
 #define META_BUCKETS 65536
-#define LISTING_MAX 1000 /* lookups in larger directories ask the store by name */
+/* st_blksize, which sizes readers' buffers (Python's): a buffered reader
+ * reads this much wherever it reads, also past the last item it wants. */
+#define PREFERRED_IO_SIZE (128u << 10)
+#define ITEM_REQUEST (1u << 20) /* items are fetched in parallel GETs of this size */
+#define LISTING_MAX 1000        /* lookups in larger directories ask the store by name */
 
 void core_config_defaults(struct core_config *cfg)
 {
     cfg->attr_timeout = 1.0;
     cfg->cache_size = 1ull << 30;
-    cfg->block_size = 1u << 20;
+    /* Small blocks: a fetch covers the bytes wanted to within 64 KiB at each
+     * end (requests are still request_size: a run of blocks is one GET). */
+    cfg->block_size = 64u << 10;
     cfg->request_size = 8u << 20;
     cfg->readahead_min = 1u << 20;
     cfg->readahead_max = 256u << 20;
+    cfg->kernel_readahead = 256u << 10;
     cfg->workers = 8;
     cfg->cache_dir = NULL;
     cfg->writable = 1;
@@ -192,7 +199,7 @@ static void to_stat(const struct core *core, const struct store_stat *s, struct 
         st->st_size = (off_t)s->size;
         st->st_blocks = (blkcnt_t)((s->size + 511) / 512);
     }
-    st->st_blksize = (blksize_t)core->cfg.block_size;
+    st->st_blksize = (blksize_t)PREFERRED_IO_SIZE;
     st->st_uid = core->uid;
     st->st_gid = core->gid;
     st->st_mtim.tv_sec = mtime;
@@ -539,60 +546,46 @@ int core_open(struct core *core, const char *path, int flags, struct core_file *
             f->fd = -1; /* changed or vanished since the lookup: the cache path reports it */
     }
     readahead_init(&f->ra, core->cfg.readahead_min, core->cfg.readahead_max);
+    /* How far readers read past what they want: the kernel keeps up to two
+     * readahead windows ahead of a sequential reader, after a buffer. */
+    prefetch_init(&f->pf, core->cfg.readahead_max,
+                  2 * (uint64_t)core->cfg.kernel_readahead + PREFERRED_IO_SIZE);
     core_file_link(core, f);
     *out = f;
     return 0;
 }
 
-/* Index-guided prefetch. When the file belongs to an indexed checkpoint and
- * a read enters a new item, the whole item is fetched at once, in parallel
- * requests, ahead of the reader (a torch.load of an item seeks between the
- * zip's header, its directory at the end and the data: all of it is then
- * one round trip). While reads keep moving to the next item in layout order,
- * the items after it are fetched too, up to a window that doubles per step;
- * a partial load that skips items fetches only the items it touches.
- * Returns 1 if the read was planned here, 0 to leave it to the readahead
- * (no index, no item at off, or an item larger than the readahead window).
- * Called with f->ra_lock held. */
-static int prefetch_items(struct core *core, struct core_file *f, uint64_t off)
+/* Index-guided prefetch: when the file belongs to an indexed checkpoint and
+ * a read enters a new item, ask the index for the item and the ones after it
+ * that the rule (prefetch.h) may speculate on, and fetch what it says in
+ * parallel requests. Returns 1 if the read was planned here (the readahead
+ * stays out), 0 to leave it to the readahead (no index, no item at off, or
+ * an item larger than the readahead window). While the file's index is being built, reads fetch
+ * only what they ask for. Called with f->ra_lock held. */
+static int prefetch_items(struct core *core, struct core_file *f, uint64_t off, size_t len)
 {
     if (!core->index)
         return 0;
-    if (off >= f->item_start && off < f->item_end)
-        return f->item_end <= f->items_ahead_end; /* inside the current item */
-    uint64_t max = core->cfg.readahead_max;
-    unsigned streak = 0;
+    uint64_t probe;
+    if (!prefetch_read(&f->pf, off, len, &probe))
+        return prefetch_planned(&f->pf);
     struct ckindex_span sp[64];
-    int n = ckindex_items(core->index, cache_obj_path(f->obj), off, 0, sp, 1);
-    if (n == 0)
-        return 0;
-    if (sp[0].offset == f->item_end && f->item_end > 0)
-        streak = f->item_streak + 1;
-    uint64_t budget = streak ? (8ull << 20) << (streak < 6 ? streak : 6) : 0;
-    if (budget > max)
-        budget = max;
+    const char *path = cache_obj_path(f->obj);
+    int n = ckindex_items(core->index, path, probe, 0, sp, 1);
+    if (n == 0) /* a load's first reads may come before its index: no guesses then */
+        return ckindex_building(core->index, path);
+    struct prefetch_span cur = {sp[0].offset, sp[0].length};
+    uint64_t budget = prefetch_budget(&f->pf, cur);
     if (budget)
-        n = ckindex_items(core->index, cache_obj_path(f->obj), off, budget, sp, 64);
-    f->item_start = sp[0].offset;
-    f->item_end = sp[0].offset + sp[0].length;
-    f->item_streak = streak;
-    if (sp[0].length > max) {
-        f->items_ahead_end = 0;
-        return 0; /* a huge item: the readahead streams it */
-    }
-    uint64_t from = f->items_ahead_end > f->item_start ? f->items_ahead_end : f->item_start;
-    for (int i = 0; i < n; i++) {
-        uint64_t a = sp[i].offset, b = sp[i].offset + sp[i].length;
-        if (b <= from)
-            continue;
-        if (a < from)
-            a = from;
-        cache_prefetch(core->cache, f->obj, a, b - a);
-        atomic_fetch_add(&core->item_prefetches, 1);
-        if (b > f->items_ahead_end)
-            f->items_ahead_end = b;
-    }
-    return 1;
+        n = ckindex_items(core->index, path, probe, cur.length + budget, sp, 64);
+    struct prefetch_span next[63], out[64];
+    for (int i = 1; i < n; i++)
+        next[i - 1] = (struct prefetch_span){sp[i].offset, sp[i].length};
+    int k = prefetch_enter(&f->pf, cur, next, n - 1, out);
+    for (int i = 0; i < k; i++)
+        cache_prefetch_split(core->cache, f->obj, out[i].offset, out[i].length, ITEM_REQUEST);
+    atomic_fetch_add(&core->item_prefetches, (uint64_t)k);
+    return prefetch_planned(&f->pf);
 }
 
 /* Free-behind for a sequential stream: the blocks it has passed by more than
@@ -649,7 +642,7 @@ ssize_t core_read(struct core *core, struct core_file *f, void *buf, size_t len,
     if (len > size - off)
         len = (size_t)(size - off);
     pthread_mutex_lock(&f->ra_lock);
-    if (!prefetch_items(core, f, off)) {
+    if (!prefetch_items(core, f, off, len)) {
         uint64_t ahead_off, ahead_len;
         readahead_advise(&f->ra, off, len, size, &ahead_off, &ahead_len);
         if (ahead_len)

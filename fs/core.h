@@ -27,6 +27,7 @@ struct core_config {
     uint32_t request_size;     /* largest background GET */
     uint64_t readahead_min;    /* first readahead window */
     uint64_t readahead_max;    /* largest readahead window */
+    uint32_t kernel_readahead; /* how far the kernel reads past a reader (prefetch.h) */
     int workers;               /* background fetch threads */
     const char *cache_dir;     /* on-disk state (index, staging); NULL = none (read-only) */
     int writable;              /* accept writes (needs cache_dir and a store that can write) */

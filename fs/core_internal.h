@@ -18,6 +18,7 @@
 #include "cache.h"
 #include "ckindex.h"
 #include "core.h"
+#include "prefetch.h"
 #include "readahead.h"
 #include "stage.h"
 #include "workq.h"
@@ -70,12 +71,9 @@ struct core_file {
     int fd;                /* >= 0: the store gave a file descriptor; reads bypass the cache */
     struct stat fd_st;     /* fd's attributes at open: changed since, the version is gone */
     pthread_mutex_t ra_lock;
-    struct readahead ra; /* protected by ra_lock */
-    /* Index-guided prefetch, protected by ra_lock: the item last read and
-     * how far items have been requested ahead of it. */
-    uint64_t item_start, item_end, items_ahead_end;
-    unsigned item_streak;          /* consecutive reads that moved to the next item */
-    uint64_t released_to;          /* blocks before this were released behind the reader */
+    struct readahead ra;  /* protected by ra_lock */
+    struct prefetch pf;   /* index-guided item prefetch (prefetch.h), protected by ra_lock */
+    uint64_t released_to; /* blocks before this were released behind the reader */
     struct core_file *prev, *next; /* core->files, protected by core->files_lock */
 };
 

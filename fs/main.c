@@ -209,6 +209,7 @@ int main(int argc, char **argv)
 
     /* Threads start only now: fuse_daemonize forks. */
     o.core.cache_dir = cache_dir;
+    o.core.kernel_readahead = o.max_readahead;
     rc = core_create(store, &o.core, &core);
     if (rc < 0) {
         log_error("cannot start: %s", strerror(-rc));

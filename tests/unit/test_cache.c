@@ -270,3 +270,39 @@ Test(cache, objects_are_shared_by_version, .init = setup, .fini = teardown)
     cache_obj_put(cache, same);
     cache_obj_put(cache, other);
 }
+
+Test(cache, prefetch_does_not_evict_unread_prefetched_blocks)
+{
+    setup_with(4 * 64 * KiB);
+    cr_assert_eq(cache_prefetch(cache, obj, 0, 4 * 64 * KiB), 4 * 64 * KiB);
+    wait_prefetch_idle();
+    /* The cache is full of prefetched blocks nobody read yet: prefetching
+     * more would throw them away before their reader comes. */
+    cr_assert_eq(cache_prefetch(cache, obj, 4 * 64 * KiB, 4 * 64 * KiB), 0);
+    uint64_t before = requests();
+    check_range(0, 4 * 64 * KiB);
+    cr_assert_eq(requests(), before, "prefetched blocks were evicted before use");
+    struct cache_stats st;
+    cache_get_stats(cache, &st);
+    cr_assert_eq(st.evictions, 0);
+    cr_assert_gt(st.prefetch_skipped, 0);
+    /* Once read, they may go to make room for the next prefetch. */
+    cr_assert_eq(cache_prefetch(cache, obj, 4 * 64 * KiB, 4 * 64 * KiB), 4 * 64 * KiB);
+    wait_prefetch_idle();
+    check_range(4 * 64 * KiB, 4 * 64 * KiB);
+    teardown();
+}
+
+Test(cache, prefetch_split_uses_smaller_requests, .init = setup, .fini = teardown)
+{
+    cr_assert_eq(cache_prefetch_split(cache, obj, 0, 4 * 64 * KiB, 64 * KiB), 4 * 64 * KiB);
+    wait_prefetch_idle();
+    cr_assert_eq(requests(), 4, "4 blocks in 1-block requests = 4 GETs, got %llu",
+                 (unsigned long long)requests());
+    cr_assert_eq(atomic_load(&max_len_seen), 64 * KiB);
+    /* Never larger than request_size. */
+    cr_assert_eq(cache_prefetch_split(cache, obj, 4 * 64 * KiB, OBJ_SIZE, 1u << 30),
+                 OBJ_SIZE - 4 * 64 * KiB);
+    wait_prefetch_idle();
+    cr_assert_eq(atomic_load(&max_len_seen), 256 * KiB);
+}

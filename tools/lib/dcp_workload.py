@@ -8,7 +8,8 @@ rank 0 only), row-sharded across ranks; every value is a deterministic function 
 its fqn, so a load is verified element by element.
 
   dcp_workload.py save DIR --world 4 --mb 256 [--layers 8] [--per-rank]
-  dcp_workload.py load DIR --world 4 --mb 256 [--layers 8] [--only PREFIX]
+  dcp_workload.py load DIR --world 4 --mb 256 [--layers 8] [--only PREFIX[,PREFIX...]]
+      [--optim] [--replicated] [--shuffle SEED]   (--world may differ from the save's: a resharded load)
   dcp_workload.py save DIR --world 4 --rank-dirs DIR0,DIR1,DIR2,DIR3   (one path per rank:
       e.g. the same checkpoint directory through two mounts, as two nodes would)
 
@@ -54,16 +55,23 @@ def _install_py311_shim():
 _install_py311_shim()
 
 
-def layout(mb, layers):
-    """(fqn, rows, cols) of each tensor: `layers` blocks of 4 float32 matrices."""
+def layout(mb, layers, optim=False, replicated=False):
+    """(fqn, rows, cols) of each tensor: `layers` blocks of 4 float32 matrices; with optim,
+    then an optimizer state of the same shape per matrix (`optim.<fqn>.exp_avg`), after
+    the whole model as in a {"model": ..., "optim": ...} state dict; with replicated, first
+    a plain (not sharded) tensor of the same shape, `replicated.embed.weight`: torch 1.13
+    saves it in rank 0's file only, and every rank reads it from there."""
     total = mb * 1_000_000
     per_tensor = max(total // (layers * 4), 4096)
     cols = 1024
     rows = max(per_tensor // (cols * 4), 8)
-    names = []
+    names = [("replicated.embed.weight", rows, cols)] if replicated else []
     for i in range(layers):
         for part in ("attn.qkv", "attn.out", "mlp.up", "mlp.down"):
             names.append((f"layers.{i}.{part}.weight", rows, cols))
+    if optim:
+        names += [(f"optim.{fqn}.exp_avg", r, c) for fqn, r, c in names
+                  if not fqn.startswith("replicated.")]
     return names
 
 
@@ -80,6 +88,9 @@ def state_dict(torch, world, names, zero):
     placements = [f"rank:{r}/cpu" for r in range(world)]
     sd = {}
     for fqn, rows, cols in names:
+        if fqn.startswith("replicated."):
+            sd[fqn] = torch.zeros(rows, cols) if zero else full_tensor(torch, fqn, rows, cols)
+            continue
         st = sharded_tensor.empty(ChunkShardingSpec(dim=0, placements=placements), rows, cols)
         full = None if zero else full_tensor(torch, fqn, rows, cols)
         for shard in st.local_shards():
@@ -105,9 +116,12 @@ def worker(rank, world, port, args, results):
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=world, timeout=datetime.timedelta(seconds=600))
     try:
-        names = layout(args.mb, args.layers)
+        names = layout(args.mb, args.layers, args.optim, args.replicated)
         if args.only:
-            names = [n for n in names if n[0].startswith(args.only)]
+            names = [n for n in names if n[0].startswith(tuple(args.only.split(",")))]
+        if args.shuffle is not None:
+            import random
+            random.Random(args.shuffle).shuffle(names)
         path = args.rank_dirs[rank] if args.rank_dirs else args.dir
         if args.op == "save":
             sd = state_dict(torch, world, names, zero=False)
@@ -116,7 +130,10 @@ def worker(rank, world, port, args, results):
             save_state_dict(sd, FileSystemWriter(path, single_file_per_rank=args.per_rank))
             dist.barrier()
             secs = time.monotonic() - t0
-            nbytes = sum(s.tensor.numel() * 4 for v in sd.values() for s in v.local_shards())
+            nbytes = sum(s.tensor.numel() * 4 for v in sd.values()
+                         if hasattr(v, "local_shards") for s in v.local_shards())
+            nbytes += sum(v.numel() * 4 for v in sd.values()  # plain: saved by rank 0
+                          if not hasattr(v, "local_shards") and rank == 0)
         else:
             sd = state_dict(torch, world, names, zero=True)
             dist.barrier()
@@ -127,6 +144,11 @@ def worker(rank, world, port, args, results):
             nbytes = 0
             for fqn, rows, cols in names:
                 full = full_tensor(torch, fqn, rows, cols)
+                if fqn.startswith("replicated."):
+                    if not torch.equal(sd[fqn], full):
+                        raise SystemExit(f"rank {rank}: {fqn} differs after load")
+                    nbytes += full.numel() * 4
+                    continue
                 for shard in sd[fqn].local_shards():
                     o, n = shard.metadata.shard_offsets[0], shard.metadata.shard_sizes[0]
                     if not torch.equal(shard.tensor, full.narrow(0, o, n)):
@@ -150,7 +172,14 @@ def main():
     ap.add_argument("--world", type=int, default=4)
     ap.add_argument("--mb", type=int, default=256, help="total checkpoint size in MB")
     ap.add_argument("--layers", type=int, default=8)
-    ap.add_argument("--only", default="", help="load only tensors whose fqn starts with this")
+    ap.add_argument("--only", default="",
+                    help="load only tensors whose fqn starts with one of these (comma-separated)")
+    ap.add_argument("--optim", action="store_true",
+                    help="the checkpoint has an optimizer state per matrix after the model")
+    ap.add_argument("--replicated", action="store_true",
+                    help="add a plain tensor that every rank loads from rank 0's file")
+    ap.add_argument("--shuffle", type=int, default=None, metavar="SEED",
+                    help="load the keys in a shuffled order (a different state dict order)")
     ap.add_argument("--per-rank", action="store_true",
                     help="save one file per rank (single_file_per_rank=True) instead of one per item")
     ap.add_argument("--rank-dirs", default="",

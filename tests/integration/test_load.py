@@ -1,0 +1,162 @@
+"""tests/integration/test_load.py - real DCP loads fetch what they need, once.
+
+Real torch 1.13 DCP checkpoints (4 ranks, 4 layers of 4 matrices, items of 0.5 MB per
+rank, an optimizer state per matrix after the model, and a plain tensor of 2 MB that
+rank 0 saves and every rank loads) on s3rver, loaded through one cold mount by real
+ranks (gloo). The daemon counts the bytes it fetched from the store (get_bytes); the
+bytes a load needs are the items of the keys it loads, from .metadata (ckptfs-admin
+dump). Checks:
+
+- partial loads fetch at most 1.10x what they need: one layer, a contiguous range of
+  layers (a pipeline stage), model only from a model+optimizer checkpoint, the same
+  keys in a shuffled order, resharded loads (saved by 4 ranks, loaded by 2 and 3), in
+  both layouts (one file per rank, one file per item);
+- ranks on one mount fetch each byte once (<= 1.02x the unique bytes needed): a full
+  load by 4 ranks (all of them read the plain tensor from rank 0's file), and one
+  resharded to 3 (ranks then read items of the same file).
+"""
+import json
+import os
+import subprocess
+
+import pytest
+
+import harness
+
+REPO = harness.REPO_ROOT
+WORKLOAD = os.path.join(REPO, "tools", "lib", "dcp_workload.py")
+MiB = 1 << 20
+WORLD, MB, LAYERS = 4, 32, 4  # 4 layers x 4 matrices of 2 MB: 512 KB per rank and item
+
+
+def admin_bin():
+    return os.environ.get("CKPTFS_ADMIN") or os.path.join(REPO, "build", "tools", "admin",
+                                                           "ckptfs-admin")
+
+
+def save(tmp_path_factory, name, *extra):
+    d = str(tmp_path_factory.mktemp(name) / "step_1")
+    subprocess.run(["/usr/bin/python3", WORKLOAD, "save", d, "--world", str(WORLD), "--mb",
+                    str(MB), "--layers", str(LAYERS), *extra], check=True,
+                   capture_output=True, timeout=300)
+    return d
+
+
+@pytest.fixture(scope="module")
+def per_rank(tmp_path_factory):
+    return save(tmp_path_factory, "per_rank", "--per-rank", "--optim", "--replicated")
+
+
+@pytest.fixture(scope="module")
+def large_items(tmp_path_factory):
+    """Items of 2 MB per rank, as in a real model's layers (64 MB)."""
+    d = str(tmp_path_factory.mktemp("large_items") / "step_1")
+    subprocess.run(["/usr/bin/python3", WORKLOAD, "save", d, "--world", str(WORLD), "--mb",
+                    "64", "--layers", "2", "--per-rank"], check=True, capture_output=True,
+                   timeout=300)
+    return d
+
+
+@pytest.fixture(scope="module")
+def per_item(tmp_path_factory):
+    return save(tmp_path_factory, "per_item", "--optim", "--replicated")
+
+
+def storage(src):
+    out = subprocess.run([admin_bin(), "dump", src], check=True, capture_output=True,
+                         text=True)
+    return json.loads(out.stdout)["storage"]
+
+
+def needed_bytes(src, only):
+    """Bytes of the items a load of the keys starting with one of `only` reads."""
+    prefixes = tuple(only.split(",")) if only else ("",)
+    return sum(s["length"] for s in storage(src) if s["fqn"].startswith(prefixes))
+
+
+def load(m, prefix, world, *extra, shape=("--mb", str(MB), "--layers", str(LAYERS), "--optim",
+                                          "--replicated")):
+    out = subprocess.run(["/usr/bin/python3", WORKLOAD, "load", m.p(prefix), "--world",
+                          str(world), *shape, *extra], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def s3_store(s3server, name):
+    return harness.S3Store(s3server, harness.unique_prefix(name))
+
+
+def put_checkpoint(store, src, prefix="run/step_1"):
+    store.put_many([(f"{prefix}/{f}", os.path.join(src, f)) for f in sorted(os.listdir(src))])
+    return prefix
+
+
+def fetched_for_load(store, mounter, src, world, only, *extra, **kw):
+    """Load through a cold mount: (bytes fetched from the store, bytes needed)."""
+    prefix = put_checkpoint(store, src)
+    m = mounter(store)
+    md = os.path.getsize(os.path.join(src, ".metadata"))
+    load(m, prefix, world, *(["--only", only] if only else []), *extra, **kw)
+    st = m.stats()
+    # Every rank reads .metadata (once from the store: shared).
+    fetched, need = st["get_bytes"] - md, needed_bytes(src, only)
+    print(f"\nfetched/needed {fetched / need:.3f} ({fetched} of {need} bytes), world {world}, "
+          f"keys {only or 'all'} {' '.join(extra)}")
+    return fetched, need, st
+
+
+ONE_LAYER = "layers.1."
+STAGE = "layers.1.,layers.2."  # a contiguous range of layers
+MODEL = "layers."  # model only: no optim.*
+
+CASES = [
+    pytest.param(WORLD, ONE_LAYER, (), id="one-layer"),
+    pytest.param(WORLD, STAGE, (), id="layer-range"),
+    pytest.param(WORLD, MODEL, (), id="model-only"),
+    pytest.param(WORLD, STAGE, ("--shuffle", "7"), id="shuffled"),
+    pytest.param(2, STAGE, (), id="reshard-2", marks=pytest.mark.matrix),
+    pytest.param(3, STAGE, (), id="reshard-3", marks=pytest.mark.matrix),
+]
+
+
+@pytest.mark.parametrize("world,only,extra", CASES)
+def test_partial_load_per_rank_fetches_what_it_needs(s3server, mounter, request, per_rank,
+                                                     world, only, extra):
+    store = s3_store(s3server, request.node.name)
+    fetched, need, st = fetched_for_load(store, mounter, per_rank, world, only, *extra)
+    assert st["index"]["ready"] == 1
+    assert fetched <= 1.10 * need, (fetched / need, fetched, need, st["cache"])
+
+
+def test_partial_load_of_large_items_fetches_what_it_needs(s3server, mounter, request,
+                                                           large_items):
+    """One layer of four 2 MB items per rank: the kernel's readahead streams run
+    past the last item; they must not make the next item be fetched whole."""
+    store = s3_store(s3server, request.node.name)
+    fetched, need, st = fetched_for_load(store, mounter, large_items, WORLD, "layers.0.",
+                                         shape=("--mb", "64", "--layers", "2"))
+    assert fetched <= 1.10 * need, (fetched / need, fetched, need, st["cache"])
+
+
+@pytest.mark.parametrize("world,only,extra", [
+    CASES[0], CASES[2],
+    pytest.param(WORLD, STAGE, ("--shuffle", "7"), id="shuffled", marks=pytest.mark.matrix),
+    pytest.param(3, STAGE, (), id="reshard-3", marks=pytest.mark.matrix),
+])
+def test_partial_load_per_item_fetches_what_it_needs(s3server, mounter, request, per_item,
+                                                     world, only, extra):
+    store = s3_store(s3server, request.node.name)
+    fetched, need, st = fetched_for_load(store, mounter, per_item, world, only, *extra)
+    assert fetched <= 1.10 * need, (fetched / need, fetched, need, st["cache"])
+
+
+@pytest.mark.parametrize("world", [WORLD, 3])
+def test_ranks_on_one_mount_fetch_each_byte_once(s3server, mounter, request, per_rank, world):
+    """A full load by 4 ranks on one mount (every rank reads the plain tensor in rank
+    0's file); and resharded to 3 ranks, so that ranks also share sharded items (ranks
+    1 and 2 both read items of the file rank 1 saved): each byte is fetched once."""
+    store = s3_store(s3server, request.node.name)
+    fetched, need, st = fetched_for_load(store, mounter, per_rank, world, "")
+    assert fetched <= 1.02 * need, (fetched / need, fetched, need, st["cache"])
+    assert st["cache"]["shared"] + st["cache"]["hits"] > 0
