@@ -3,11 +3,11 @@
  * source aws_config.c resolved (environment / shared-file keys as they are;
  * STS AssumeRoleWithWebIdentity and AssumeRole, credential_process, the
  * container endpoint and IMDSv2 over the network or a child process), keeps
- * the current immutable credentials object, and refreshes it from one
- * background thread ahead of its expiry, with backoff after failures.
+ * the current immutable credentials object, and refreshes it ahead of its
+ * expiry from one short-lived thread at a time, with backoff after failures.
  *
  * Owns: struct creds (refcounts), struct creds_provider (its lock, condition
- * variable and refresher thread), the bounded parsers of every credentials
+ * variable and refresh thread), the bounded parsers of every credentials
  * answer, and the small HTTP requests to IMDS / container / STS (through
  * libcurl easy handles of its own; S3 traffic stays in s3_client.c).
  * Secrets are wiped before they are freed and never logged.
@@ -40,7 +40,6 @@
 extern char **environ;
 
 #define CREDS_TOKEN_FILE_MAX (64 * 1024)
-#define CREDS_EXPIRED_WAIT_S 10 /* a get() of expired credentials waits this long for new ones */
 
 /* ---- the credentials object --------------------------------------------- */
 
@@ -469,12 +468,13 @@ struct creds_provider {
     char *session_name;
 
     pthread_mutex_t mu; /* guards everything below */
-    pthread_cond_t cv;  /* refresher wake-ups and swaps */
-    struct creds *cur;  /* NULL only for anonymous providers (never created) */
-    time_t next_at;     /* when the refresher fetches next */
+    pthread_cond_t cv;  /* broadcast when a refresh ends */
+    struct creds *cur;  /* never NULL once created */
+    time_t next_at;     /* when the next refresh is due (cur expiring) */
     int failures;       /* failed refreshes in a row */
-    int stop;
-    int have_thread;
+    int refreshing;     /* a refresh thread is fetching */
+    pid_t refresh_pid;  /* the process that started it (a fork loses threads) */
+    int have_thread;    /* thread is joinable: the last refresh thread */
     pthread_t thread;
     unsigned long refreshes;
 };
@@ -789,7 +789,7 @@ static int fetch(struct creds_provider *p, struct creds **out, char *err, size_t
     }
 }
 
-/* ---- the provider and its refresher ------------------------------------- */
+/* ---- the provider and its refresh thread --------------------------------- */
 
 static void log_creds(const struct creds_provider *p, const struct creds *c, const char *what)
 {
@@ -820,43 +820,59 @@ static void wait_until(struct creds_provider *p, time_t at)
     pthread_cond_timedwait(&p->cv, &p->mu, &ts);
 }
 
-static void *refresher(void *arg)
+/* The refresh thread: one fetch, then swap (or schedule a retry). */
+static void *refresh_main(void *arg)
 {
     struct creds_provider *p = arg;
+    struct creds *n = NULL;
+    char err[512] = "";
+    int rc = fetch(p, &n, err, sizeof err);
+    time_t now = time(NULL);
     pthread_mutex_lock(&p->mu);
-    while (!p->stop) {
-        if (time(NULL) < p->next_at) {
-            wait_until(p, p->next_at);
-            continue;
-        }
-        pthread_mutex_unlock(&p->mu);
-        struct creds *n = NULL;
-        char err[512] = "";
-        int rc = fetch(p, &n, err, sizeof err);
-        time_t now = time(NULL);
-        pthread_mutex_lock(&p->mu);
-        if (rc == 0) {
-            struct creds *old = p->cur;
-            p->cur = n;
-            p->failures = 0;
-            p->refreshes++;
-            p->next_at = n->expiration ? creds_refresh_at(now, n->expiration) : (time_t)1 << 62;
-            pthread_cond_broadcast(&p->cv);
-            log_creds(p, n, "refreshed");
-            /* requests in flight hold their own references to old */
-            creds_unref(old);
-        } else {
-            p->failures++;
-            long d = creds_retry_delay(p->failures, now, p->cur->expiration);
-            p->next_at = now + d;
-            log_warn("s3: refreshing credentials from %s failed (%s); retry in %ld s, current "
-                     "ones %s",
-                     aws_cred_source_name(p->src), err, d,
-                     p->cur->expiration > now ? "still valid" : "have expired");
-        }
+    assert(p->refreshing);
+    struct creds *old = NULL;
+    if (rc == 0) {
+        old = p->cur;
+        p->cur = n; /* requests in flight hold their own references to old */
+        p->failures = 0;
+        p->refreshes++;
+        p->next_at = n->expiration ? creds_refresh_at(now, n->expiration) : 0;
+        log_creds(p, n, "refreshed");
+    } else {
+        p->failures++;
+        long d = creds_retry_delay(p->failures, now, p->cur->expiration);
+        p->next_at = now + d;
+        log_warn("s3: refreshing credentials from %s failed (%s); retry in %ld s, current "
+                 "ones %s",
+                 aws_cred_source_name(p->src), err, d,
+                 p->cur->expiration > now ? "still valid" : "have expired");
     }
+    p->refreshing = 0;
+    pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
+    creds_unref(old);
     return NULL;
+}
+
+/* Start a refresh thread if one is due and none runs. Called with p->mu held. */
+static void maybe_refresh(struct creds_provider *p, time_t now)
+{
+    if (p->refreshing && p->refresh_pid == getpid())
+        return;
+    if (!p->next_at || now < p->next_at)
+        return;
+    if (p->have_thread && p->refresh_pid == getpid())
+        pthread_join(p->thread, NULL); /* it has finished: refreshing is 0 */
+    p->have_thread = 0;
+    p->refreshing = 1;
+    p->refresh_pid = getpid();
+    if (pthread_create(&p->thread, NULL, refresh_main, p) != 0) {
+        p->refreshing = 0;
+        p->next_at = now + CREDS_RETRY_MIN_S;
+        log_warn("s3: cannot start a credentials refresh thread; retry in %d s", CREDS_RETRY_MIN_S);
+        return;
+    }
+    p->have_thread = 1;
 }
 
 static int copy_cfg(struct aws_config *d, const struct aws_config *s)
@@ -944,15 +960,8 @@ int creds_provider_create(const struct aws_config *cfg, struct creds_provider **
         return rc;
     }
     log_creds(p, p->cur, "loaded");
-    if (p->cur->expiration) {
+    if (p->cur->expiration)
         p->next_at = creds_refresh_at(time(NULL), p->cur->expiration);
-        if (pthread_create(&p->thread, NULL, refresher, p) != 0) {
-            snprintf(err, errlen, "cannot start the credentials refresher thread");
-            creds_provider_destroy(p);
-            return -EAGAIN;
-        }
-        p->have_thread = 1;
-    }
     *out = p;
     return 0;
 }
@@ -961,13 +970,12 @@ void creds_provider_destroy(struct creds_provider *p)
 {
     if (!p)
         return;
-    if (p->have_thread) {
-        pthread_mutex_lock(&p->mu);
-        p->stop = 1;
-        pthread_cond_broadcast(&p->cv);
-        pthread_mutex_unlock(&p->mu);
+    pthread_mutex_lock(&p->mu);
+    while (p->refreshing && p->refresh_pid == getpid())
+        pthread_cond_wait(&p->cv, &p->mu);
+    if (p->have_thread && p->refresh_pid == getpid())
         pthread_join(p->thread, NULL);
-    }
+    pthread_mutex_unlock(&p->mu);
     creds_unref(p->cur);
     free(p->sts_url);
     free(p->session_name);
@@ -984,14 +992,12 @@ struct creds *creds_provider_get(struct creds_provider *p)
     pthread_mutex_lock(&p->mu);
     assert(p->cur);
     time_t now = time(NULL);
-    if (p->have_thread && p->cur->expiration && p->cur->expiration <= now) {
-        /* expired (the refresher is late or failing): wake it, wait a little */
+    maybe_refresh(p, now);
+    if (p->cur->expiration && p->cur->expiration <= now) {
+        /* expired (idle mount, or refreshes failing): wait a little for new ones */
         struct creds *seen = p->cur;
         time_t until = now + CREDS_EXPIRED_WAIT_S;
-        if (p->next_at > now)
-            p->next_at = now;
-        pthread_cond_broadcast(&p->cv);
-        while (p->cur == seen && !p->stop && time(NULL) < until)
+        while (p->cur == seen && p->refreshing && time(NULL) < until)
             wait_until(p, until);
     }
     struct creds *c = creds_ref(p->cur);

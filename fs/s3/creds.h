@@ -7,11 +7,13 @@
  * Credentials are immutable, refcounted objects. The provider holds the
  * current one; creds_provider_get() hands out a reference that the caller
  * keeps for as long as it signs with it (a request in flight keeps its
- * credentials even when the provider has swapped in newer ones). One
- * background thread per provider with expiring credentials does every
- * refresh (so there is never more than one at a time): at
- * creds_refresh_at(), and after a failure again with backoff while the old
- * credentials stay in use until they expire. Secrets are never logged.
+ * credentials even when the provider has swapped in newer ones). The first
+ * creds_provider_get() after creds_refresh_at() starts one refresh thread
+ * (never two at a time) and goes on with the current credentials; the thread
+ * swaps the new ones in, or schedules a retry with backoff while the old
+ * ones stay in use until they expire. Threads start only on demand, so a
+ * provider created before fuse_daemonize() forks keeps working after it.
+ * Secrets are never logged.
  *
  * The parsers (JSON of credential_process / IMDS / container endpoints, XML
  * of STS) are pure, bounded (CREDS_MAX_RESPONSE) and exposed for tests.
@@ -33,6 +35,7 @@
 #define CREDS_HTTP_CONNECT_MS 1000     /* IMDS / container / STS connect timeout */
 #define CREDS_HTTP_TIMEOUT_MS 5000     /* whole request, STS and container */
 #define CREDS_IMDS_TIMEOUT_MS 2000     /* whole request, IMDS (absent IMDS fails fast) */
+#define CREDS_EXPIRED_WAIT_S 10        /* a get() of expired credentials waits for new ones */
 
 /* One set of credentials; never changed after it is published. */
 struct creds {
@@ -86,18 +89,18 @@ long creds_retry_delay(int failures, time_t now, time_t expires);
 struct creds_provider;
 
 /* A provider for cfg's source: fetches the first credentials now (so a
- * broken source fails the mount with a one-line reason in err) and starts
- * the refresher if they expire. 0 and *out, or a negative errno. *out is
+ * broken source fails the mount with a one-line reason in err); no thread
+ * is started here. 0 and *out, or a negative errno. *out is
  * NULL (anonymous) for AWS_CRED_NONE and when IMDS does not answer at all.
  * The log line says which source was used, never a secret. */
 int creds_provider_create(const struct aws_config *cfg, struct creds_provider **out, char *err,
                           size_t errlen);
-/* Stop the refresher and drop the current credentials. NULL is ok. */
+/* Wait for a refresh under way, drop the current credentials. NULL is ok. */
 void creds_provider_destroy(struct creds_provider *p);
 
 /* The current credentials (a reference: creds_unref it), or NULL for an
- * anonymous (NULL) provider. If they have expired and a refresh is under
- * way, waits a few seconds for it. */
+ * anonymous (NULL) provider. Starts a refresh if one is due; if the current
+ * credentials have expired, waits for it (CREDS_EXPIRED_WAIT_S at most). */
 struct creds *creds_provider_get(struct creds_provider *p);
 
 /* Refreshes that succeeded / failed so far (for stats and tests). */

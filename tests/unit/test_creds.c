@@ -230,54 +230,68 @@ static struct creds_provider *process_provider(const char *dir, char *err)
     return p;
 }
 
+static void rm_rf(const char *dir)
+{
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    cr_expect_eq(system(cmd), 0);
+}
+
 Test(creds, provider_refreshes_and_keeps_old_references, .timeout = 30)
 {
     char dir[] = "/tmp/ckptfs-creds-XXXXXX", err[512] = "";
     cr_assert_not_null(mkdtemp(dir));
-    write_helper(dir, 4); /* refresh every ~2 s */
+    write_helper(dir, 4); /* refresh due ~2 s after each fetch */
     struct creds_provider *p = process_provider(dir, err);
     struct creds *first = creds_provider_get(p);
     cr_expect_str_eq(first->access_key_id, "ASIAGEN1");
-    sleep(5);
+    /* requests every 0.25 s for 7 s: never signed with expired credentials */
+    for (int i = 0; i < 28; i++) {
+        usleep(250000);
+        struct creds *c = creds_provider_get(p);
+        cr_expect(c->expiration > time(NULL), "got expired credentials (%s)", c->access_key_id);
+        creds_unref(c);
+    }
     struct creds *later = creds_provider_get(p);
     cr_expect_neq(later, first);
     cr_expect(creds_provider_refreshes(p) >= 2, "refreshes %lu", creds_provider_refreshes(p));
-    cr_expect(later->expiration > time(NULL), "current credentials expired");
     /* the old reference is still intact after being swapped out */
     cr_expect_str_eq(first->access_key_id, "ASIAGEN1");
     cr_expect_str_eq(first->session_token, "t1");
     creds_unref(first);
     creds_unref(later);
     creds_provider_destroy(p);
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    cr_expect_eq(system(cmd), 0);
+    rm_rf(dir);
 }
 
 Test(creds, failed_refresh_keeps_old_credentials_then_recovers, .timeout = 40)
 {
     char dir[] = "/tmp/ckptfs-creds-XXXXXX", err[512] = "", path[600];
     cr_assert_not_null(mkdtemp(dir));
-    write_helper(dir, 10);
+    write_helper(dir, 10); /* refresh due at ~5 s */
     struct creds_provider *p = process_provider(dir, err);
     snprintf(path, sizeof path, "%s/fail", dir);
     FILE *f = fopen(path, "w");
     fclose(f);
-    sleep(7); /* the refresh at ~5 s fails, and its retry 1 s later */
-    struct creds *c = creds_provider_get(p);
+    sleep(7);
+    struct creds *c = creds_provider_get(p); /* starts a refresh, which fails */
+    cr_expect_str_eq(c->access_key_id, "ASIAGEN1");
+    creds_unref(c);
+    sleep(1);
+    c = creds_provider_get(p);
     cr_expect_str_eq(c->access_key_id, "ASIAGEN1"); /* still the old, valid ones */
     cr_expect_eq(creds_provider_refreshes(p), 0);
     creds_unref(c);
+    sleep(1);
     unlink(path);
-    sleep(4); /* the next retry (2 s after the second failure) succeeds */
+    sleep(3); /* now expired: the next get refreshes (the retry is due) and waits for it */
     c = creds_provider_get(p);
-    cr_expect_str_neq(c->access_key_id, "ASIAGEN1");
-    cr_expect(creds_provider_refreshes(p) >= 1);
+    cr_expect_str_eq(c->access_key_id, "ASIAGEN2");
+    cr_expect(c->expiration > time(NULL));
+    cr_expect_eq(creds_provider_refreshes(p), 1);
     creds_unref(c);
     creds_provider_destroy(p);
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    cr_expect_eq(system(cmd), 0);
+    rm_rf(dir);
 }
 
 Test(creds, broken_process_fails_create_with_one_line)
