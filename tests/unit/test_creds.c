@@ -237,7 +237,7 @@ static void rm_rf(const char *dir)
     cr_expect_eq(system(cmd), 0);
 }
 
-Test(creds, provider_refreshes_and_keeps_old_references, .timeout = 30)
+Test(creds, provider_refreshes_and_keeps_old_references)
 {
     char dir[] = "/tmp/ckptfs-creds-XXXXXX", err[512] = "";
     cr_assert_not_null(mkdtemp(dir));
@@ -264,7 +264,7 @@ Test(creds, provider_refreshes_and_keeps_old_references, .timeout = 30)
     rm_rf(dir);
 }
 
-Test(creds, failed_refresh_keeps_old_credentials_then_recovers, .timeout = 40)
+Test(creds, failed_refresh_keeps_old_credentials_then_recovers)
 {
     char dir[] = "/tmp/ckptfs-creds-XXXXXX", err[512] = "", path[600];
     cr_assert_not_null(mkdtemp(dir));
