@@ -171,8 +171,11 @@ int creds_parse_json(const char *body, size_t len, enum creds_json_kind kind, st
     json_t *o = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
     if (!o || !json_is_object(o)) {
         /* je.text may quote the input: give the position only */
-        snprintf(err, errlen, "%s: not a JSON object (line %d, column %d)", what, o ? 1 : je.line,
-                 o ? 1 : je.column);
+        if (o)
+            snprintf(err, errlen, "%s: not a JSON object", what);
+        else
+            snprintf(err, errlen, "%s: not a JSON object (invalid JSON at line %d, column %d)",
+                     what, je.line, je.column);
         json_decref(o);
         return -EINVAL;
     }
@@ -430,32 +433,35 @@ static char *read_small_file(const char *path, char *err, size_t errlen, const c
         snprintf(err, errlen, "cannot read %s %s: %s", what, path, strerror(errno));
         return NULL;
     }
-    char *buf = malloc(CREDS_TOKEN_FILE_MAX + 1);
+    const size_t cap = CREDS_TOKEN_FILE_MAX + 1; /* one byte more tells "too big" */
+    char *buf = malloc(cap + 1);
     size_t len = 0;
-    ssize_t r = 1;
-    while (buf && len < CREDS_TOKEN_FILE_MAX + 1 &&
-           ((r = read(fd, buf + len, CREDS_TOKEN_FILE_MAX + 1 - len)) > 0 ||
-            (r < 0 && errno == EINTR)))
-        if (r > 0)
-            len += (size_t)r;
-    close(fd);
-    if (!buf || len > CREDS_TOKEN_FILE_MAX || r < 0) {
-        snprintf(err, errlen, "%s %s: %s", what, path,
-                 !buf    ? "out of memory"
-                 : r < 0 ? "read error"
-                         : "larger than 64 KiB");
-        free_secret(buf ? (buf[len < CREDS_TOKEN_FILE_MAX ? len : CREDS_TOKEN_FILE_MAX] = 0, buf)
-                        : NULL);
-        return NULL;
+    const char *why = buf ? NULL : "out of memory";
+    while (!why && len < cap) {
+        ssize_t r = read(fd, buf + len, cap - len);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            why = strerror(errno);
+        if (r <= 0)
+            break;
+        len += (size_t)r;
     }
-    while (len && (buf[len - 1] == '\n' || buf[len - 1] == '\r' || buf[len - 1] == ' '))
+    close(fd);
+    if (!why && len > CREDS_TOKEN_FILE_MAX)
+        why = "larger than 64 KiB";
+    while (!why && len && (buf[len - 1] == '\n' || buf[len - 1] == '\r' || buf[len - 1] == ' '))
         len--;
-    buf[len] = '\0';
-    if (!len) {
-        snprintf(err, errlen, "%s %s is empty", what, path);
+    if (!why && !len)
+        why = "empty";
+    if (why) {
+        snprintf(err, errlen, "%s %s: %s", what, path, why);
+        if (buf)
+            OPENSSL_cleanse(buf, len);
         free(buf);
         return NULL;
     }
+    buf[len] = '\0';
     return buf;
 }
 

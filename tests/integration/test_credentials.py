@@ -230,3 +230,19 @@ def test_broken_source_is_one_line_at_mount(creds, s3server, tmp_path, which, br
     lines = r.message_lines()
     assert len(lines) == 1 and message in lines[0], r.stderr
     assert r.elapsed < 10, r
+
+
+def test_no_imds_fails_fast_to_anonymous(s3server, tmp_path):
+    """IMDS enabled but nothing listening: the mount goes on unsigned with one warning,
+    without waiting for long timeouts (s3rver accepts unsigned requests)."""
+    store = harness.S3Store(s3server, harness.unique_prefix("noimds"))
+    store.put("a.bin", b"anonymous")
+    env = {"AWS_EC2_METADATA_DISABLED": "false",
+           "AWS_EC2_METADATA_SERVICE_ENDPOINT": "http://127.0.0.1:1", "AWS_REGION": "us-east-1"}
+    t0 = time.monotonic()
+    m = harness.Mount(store.url, str(tmp_path), args=store.mount_args(), env=env)
+    with m:
+        assert time.monotonic() - t0 < 5
+        with open(m.p("a.bin"), "rb") as f:
+            assert f.read() == b"anonymous"
+    assert "IMDS at http://127.0.0.1:1 does not answer): sending unsigned requests" in m.log()
