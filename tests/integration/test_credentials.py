@@ -58,7 +58,7 @@ def test_secrets_never_logged(s3server, tmp_path):
 # hands out temporary credentials; S3 requests go through a FaultProxy that accepts only
 # tokens it issued, signed with their secret, before they expire.
 
-import stat  # noqa: E402
+import subprocess  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 
@@ -246,3 +246,84 @@ def test_no_imds_fails_fast_to_anonymous(s3server, tmp_path):
         with open(m.p("a.bin"), "rb") as f:
             assert f.read() == b"anonymous"
     assert "IMDS at http://127.0.0.1:1 does not answer): sending unsigned requests" in m.log()
+
+
+def test_uploads_across_several_expiries(creds, s3server, tmp_path):
+    """Writes through the mount (single PUTs and a multipart upload), one every 2 s with
+    6 s credentials: every upload lands byte-exact, signed with the credentials of its
+    moment, none rejected."""
+    srv, proxy = creds
+    srv.lifetime = 6
+    store = harness.S3Store(s3server, harness.unique_prefix("refresh-up"))
+    env = source_env(srv, tmp_path, "imds")
+    m = harness.Mount(store.url, str(tmp_path),
+                      args=store.mount_args(proxy.endpoint) + ["--part-size", "5M"], env=env)
+    files = {f"up/f{i}.bin": harness.data((12 << 20) if i == 3 else (1 << 20) + i, seed=70 + i)
+             for i in range(6)}
+    with m:
+        os.makedirs(m.p("up"), exist_ok=True)
+        start = time.monotonic()
+        for i, (rel, content) in enumerate(files.items()):
+            while time.monotonic() < start + 2 * i:
+                time.sleep(0.1)
+            with open(m.p(rel), "wb") as f:
+                f.write(content)
+            m.sync("up")
+    for rel, content in files.items():
+        assert store.get(rel) == content, rel
+    assert not proxy.rejected, dict(proxy.rejected)
+    used = [t for t in proxy.tokens if t in srv.generations("imds")]
+    assert len(used) >= 3, f"uploads signed with only {len(used)} generations"
+
+
+def daemon_pids(mountpoint):
+    """PIDs of ckptfs processes whose command line ends with this mountpoint."""
+    pids = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/cmdline", "rb") as f:
+                    argv = f.read().split(b"\0")
+            except OSError:
+                continue
+            if argv[0].endswith(b"/ckptfs") and mountpoint.encode() in argv:
+                pids.append(int(d))
+    return pids
+
+
+def test_refresh_in_a_daemonized_mount(creds, s3server, tmp_path):
+    """Without -f the daemon forks after the store is opened (fuse_daemonize): refreshes
+    must still happen in the forked daemon (a thread started before the fork would be
+    gone). Reads over ~12 s with 4 s credentials stay byte-exact."""
+    srv, proxy = creds
+    srv.lifetime = 4
+    store = harness.S3Store(s3server, harness.unique_prefix("daemon"))
+    files = {f"g{i}.bin": harness.data((256 << 10) + i, seed=90 + i) for i in range(7)}
+    store.put_many(files.items())
+    mp, logf = tmp_path / "mnt", tmp_path / "daemon.log"
+    mp.mkdir()
+    env = harness.clean_env(source_env(srv, tmp_path, "imds"), home=str(tmp_path / "home"))
+    cmd = [harness.ckptfs_bin(), "--log-file", str(logf), "--cache-dir", str(tmp_path / "cache"),
+           *store.mount_args(proxy.endpoint), store.url, str(mp)]
+    r = subprocess.run(cmd, env=env, stdin=subprocess.DEVNULL, capture_output=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    daemons = daemon_pids(str(mp))
+    try:
+        assert harness.mount_entry(str(mp)), "not mounted"
+        start = time.monotonic()
+        for i, (rel, want) in enumerate(files.items()):
+            while time.monotonic() < start + 2 * i:
+                time.sleep(0.1)
+            got = harness.call_with_timeout(lambda: open(mp / rel, "rb").read(), 30, rel)
+            assert got == want, rel
+    finally:
+        subprocess.run(["fusermount3", "-u", str(mp)], capture_output=True, timeout=30)
+        deadline = time.monotonic() + 15
+        while (harness.mount_entry(str(mp)) or daemon_pids(str(mp))) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        left = daemon_pids(str(mp))
+        for pid in left:  # ours (its command line names our mountpoint): end it by PID
+            os.kill(pid, 9)
+    assert len(daemons) == 1 and not left, (daemons, left)
+    assert not proxy.rejected, dict(proxy.rejected)
+    assert len(srv.generations("imds")) >= 3, srv.issued  # refreshed in the forked daemon
