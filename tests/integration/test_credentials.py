@@ -4,7 +4,12 @@ never in logs.
   * a profile from ~/.aws-style files (AWS_SHARED_CREDENTIALS_FILE / AWS_CONFIG_FILE,
     --profile) mounts and reads, with the endpoint and region taken from the config file;
   * with --log-level debug, a working mount that lists, stats and reads never writes the
-    secret key or the session token to its log.
+    secret key or the session token to its log;
+  * the provider chain (credserver.py: fake IMDSv2, container endpoint, STS,
+    credential_process source; S3 through a proxy that accepts only their unexpired
+    tokens): each source wins over the later ones, AssumeRole from a profile, reads and
+    uploads across several expiries of seconds-long credentials (also in a daemonized
+    mount), a broken source fails the mount with one line, no IMDS means anonymous at once.
 """
 import os
 
@@ -327,3 +332,24 @@ def test_refresh_in_a_daemonized_mount(creds, s3server, tmp_path):
     assert len(daemons) == 1 and not left, (daemons, left)
     assert not proxy.rejected, dict(proxy.rejected)
     assert len(srv.generations("imds")) >= 3, srv.issued  # refreshed in the forked daemon
+
+
+def test_container_token_file_wins(creds, s3server, tmp_path):
+    """AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE is used (re-read at each fetch) over
+    AWS_CONTAINER_AUTHORIZATION_TOKEN; with 3 s credentials the refreshes read it too."""
+    srv, proxy = creds
+    srv.lifetime = 3
+    store = harness.S3Store(s3server, harness.unique_prefix("ctoken"))
+    store.put_many([(f"c{i}.bin", harness.data(4096 + i, seed=i)) for i in range(3)])
+    tok = tmp_path / "eks-pod-identity-token"
+    tok.write_text("container-auth\n")
+    env = source_env(srv, tmp_path, "container")
+    env.update({"AWS_CONTAINER_AUTHORIZATION_TOKEN": "stale", "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE": str(tok)})
+    m = harness.Mount(store.url, str(tmp_path), args=store.mount_args(proxy.endpoint), env=env)
+    with m:
+        for i in range(3):
+            time.sleep(2 if i else 0)
+            with open(m.p(f"c{i}.bin"), "rb") as f:
+                assert f.read() == harness.data(4096 + i, seed=i)
+    assert len(srv.generations("container")) >= 2, srv.issued
+    assert not proxy.rejected, dict(proxy.rejected)
