@@ -517,6 +517,8 @@ static int sts_call(struct creds_provider *p, const struct sigv4_pair *q, size_t
         return -ENOMEM;
     struct curl_slist *h = NULL;
     int rc = add_hdr(&h, "Content-Type: %s", "application/x-www-form-urlencoded; charset=utf-8");
+    if (rc == 0) /* no "Expect: 100-continue" for a long web identity token */
+        rc = add_hdr(&h, "Expect:%s", "");
     if (rc == 0 && src) {
         char host[512], path[1024], date[17], hash[65];
         if (split_url(p->sts_url, host, sizeof host, path, sizeof path) < 0) {
@@ -805,9 +807,13 @@ static void log_creds(const struct creds_provider *p, const struct creds *c, con
         gmtime_r(&c->expiration, &tm);
         strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
     }
-    log_info("s3: credentials %s from %s (profile '%s', key %s%s; expire %s)", what,
-             aws_cred_source_name(p->src), p->cfg.profile ? p->cfg.profile : "default",
-             aws_redact(c->access_key_id, 1, key, sizeof key),
+    char prof[300] = "";
+    if (p->src == AWS_CRED_CREDENTIALS_FILE || p->src == AWS_CRED_CONFIG_FILE ||
+        p->src == AWS_CRED_PROCESS || p->src == AWS_CRED_ASSUME_ROLE)
+        snprintf(prof, sizeof prof, "profile '%.256s', ",
+                 p->cfg.profile ? p->cfg.profile : "default");
+    log_info("s3: credentials %s from %s (%skey %s%s; expire %s)", what,
+             aws_cred_source_name(p->src), prof, aws_redact(c->access_key_id, 1, key, sizeof key),
              c->session_token ? ", with session token" : "", when);
 }
 
