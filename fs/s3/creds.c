@@ -821,6 +821,7 @@ static void log_creds(const struct creds_provider *p, const struct creds *c, con
  * clock jump is noticed). Called with p->mu held. */
 static void wait_until(struct creds_provider *p, time_t at)
 {
+    assert(pthread_mutex_trylock(&p->mu) == EBUSY);
     long delay = (long)(at - time(NULL));
     if (delay > 30)
         delay = 30;
@@ -869,6 +870,7 @@ static void *refresh_main(void *arg)
 /* Start a refresh thread if one is due and none runs. Called with p->mu held. */
 static void maybe_refresh(struct creds_provider *p, time_t now)
 {
+    assert(pthread_mutex_trylock(&p->mu) == EBUSY); /* held (by us: callers lock it) */
     if (p->refreshing && p->refresh_pid == getpid())
         return;
     if (!p->next_at || now < p->next_at)
