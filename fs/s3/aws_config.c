@@ -346,38 +346,150 @@ static int creds_from_env(struct aws_config *c)
     return 1;
 }
 
+static int is_true(const char *v);
+
 /* Credential mechanisms of the AWS CLI that ckptfs does not implement. */
 static const char *unsupported_mechanism(const struct shared_files *f)
 {
-    static const char *keys[] = {"role_arn", "credential_process", "sso_session", "sso_start_url",
-                                 "web_identity_token_file"};
+    static const char *keys[] = {"sso_session", "sso_start_url", "credential_source"};
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
         if (cfg_get(f, keys[i]) || nonempty(aws_ini_get(&f->cred, f->profile, keys[i])))
             return keys[i];
     return NULL;
 }
 
-static int resolve_credentials(struct aws_config *c, const struct shared_files *f,
-                               int explicit_profile, int named_profile, char *err, size_t errlen)
+/* A profile setting from the config file, else from the credentials file. */
+static const char *prof_get(const struct shared_files *f, const char *key)
 {
-    int rc = explicit_profile ? 0 : creds_from_env(c);
-    if (rc)
-        return rc < 0 ? rc : 0;
-    rc = creds_from_ini(c, &f->cred, f->profile);
+    const char *v = cfg_get(f, key);
+    return v ? v : nonempty(aws_ini_get(&f->cred, f->profile, key));
+}
+
+/* role_arn with source_profile: the source profile's static keys sign AssumeRole. */
+static int creds_assume_role(struct aws_config *c, const struct shared_files *f, char *err,
+                             size_t errlen)
+{
+    const char *src = prof_get(f, "source_profile");
+    char section[512];
+    snprintf(section, sizeof section, "profile %s", src);
+    int rc = creds_from_ini(c, &f->cred, src);
+    if (rc == 0)
+        rc = creds_from_ini(c, &f->config, strcmp(src, "default") == 0 ? "default" : section);
+    if (rc == 0 && strcmp(src, "default") == 0)
+        rc = creds_from_ini(c, &f->config, section);
+    if (rc < 0)
+        return rc;
+    if (rc == 0) {
+        snprintf(err, errlen,
+                 "profile '%s': source_profile '%s' has no aws_access_key_id/"
+                 "aws_secret_access_key (only static keys can sign AssumeRole)",
+                 f->profile, src);
+        return -ENOENT;
+    }
+    c->cred_source = AWS_CRED_ASSUME_ROLE;
+    return 0;
+}
+
+/* The profile's own mechanism: role_arn, static keys, credential_process. */
+static int creds_from_profile(struct aws_config *c, const struct shared_files *f, char *err,
+                              size_t errlen)
+{
+    const char *role = prof_get(f, "role_arn");
+    if (role && !unsupported_mechanism(f)) {
+        const char *tok = prof_get(f, "web_identity_token_file");
+        if (set_str(&c->role_arn, role) ||
+            set_str(&c->role_session_name, prof_get(f, "role_session_name")) ||
+            set_str(&c->web_identity_token_file, tok))
+            return -ENOMEM;
+        if (tok) {
+            c->cred_source = AWS_CRED_WEB_IDENTITY;
+            return 1;
+        }
+        if (prof_get(f, "source_profile")) {
+            int rc = creds_assume_role(c, f, err, errlen);
+            return rc < 0 ? rc : 1;
+        }
+        snprintf(err, errlen,
+                 "profile '%s' has role_arn but neither source_profile nor "
+                 "web_identity_token_file",
+                 f->profile);
+        return -EINVAL;
+    }
+    int rc = creds_from_ini(c, &f->cred, f->profile);
     if (rc) {
         c->cred_source = AWS_CRED_CREDENTIALS_FILE;
-        return rc < 0 ? rc : 0;
+        return rc;
     }
     rc = creds_from_ini(c, &f->config, f->config_section);
     if (rc) {
         c->cred_source = AWS_CRED_CONFIG_FILE;
-        return rc < 0 ? rc : 0;
+        return rc;
     }
+    const char *proc = prof_get(f, "credential_process");
+    if (proc && !unsupported_mechanism(f)) {
+        c->cred_source = AWS_CRED_PROCESS;
+        return set_str(&c->credential_process, proc) ? -ENOMEM : 1;
+    }
+    return 0;
+}
+
+/* AWS_ROLE_ARN + AWS_WEB_IDENTITY_TOKEN_FILE (EKS IRSA and the like). */
+static int creds_web_identity_env(struct aws_config *c)
+{
+    const char *role = env("AWS_ROLE_ARN"), *tok = env("AWS_WEB_IDENTITY_TOKEN_FILE");
+    if (!role || !tok)
+        return 0;
+    if (set_str(&c->role_arn, role) || set_str(&c->web_identity_token_file, tok) ||
+        set_str(&c->role_session_name, env("AWS_ROLE_SESSION_NAME")))
+        return -ENOMEM;
+    c->cred_source = AWS_CRED_WEB_IDENTITY;
+    return 1;
+}
+
+/* The container endpoint (ECS task roles, EKS pod identity), then IMDS. */
+static int creds_from_host(struct aws_config *c)
+{
+    const char *full = env("AWS_CONTAINER_CREDENTIALS_FULL_URI");
+    const char *rel = env("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI");
+    if (full || rel) {
+        char url[4096];
+        if (full)
+            snprintf(url, sizeof url, "%s", full);
+        else
+            snprintf(url, sizeof url, "http://169.254.170.2%s%s", *rel == '/' ? "" : "/", rel);
+        if (set_str(&c->container_url, url) ||
+            set_str(&c->container_token, env("AWS_CONTAINER_AUTHORIZATION_TOKEN")) ||
+            set_str(&c->container_token_file, env("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE")))
+            return -ENOMEM;
+        c->cred_source = AWS_CRED_CONTAINER;
+        return 1;
+    }
+    if (is_true(env("AWS_EC2_METADATA_DISABLED")))
+        return 0;
+    const char *ep = env("AWS_EC2_METADATA_SERVICE_ENDPOINT");
+    if (set_str(&c->imds_endpoint, ep ? ep : "http://169.254.169.254"))
+        return -ENOMEM;
+    c->cred_source = AWS_CRED_IMDS;
+    return 1;
+}
+
+static int resolve_credentials(struct aws_config *c, const struct shared_files *f,
+                               int explicit_profile, int named_profile, char *err, size_t errlen)
+{
+    int rc = explicit_profile ? 0 : creds_from_env(c);
+    if (rc == 0 && !explicit_profile)
+        rc = creds_web_identity_env(c);
+    if (rc == 0)
+        rc = creds_from_profile(c, f, err, errlen);
+    if (rc)
+        return rc < 0 ? rc : 0;
     const char *mech = unsupported_mechanism(f);
     if (mech) {
         snprintf(err, errlen,
                  "profile '%s' gets credentials via %s, which ckptfs does not support: "
-                 "export AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY/AWS_SESSION_TOKEN instead",
+                 "run 'aws configure export-credentials --format env' and export the "
+                 "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY/AWS_SESSION_TOKEN it prints, or use "
+                 "credential_process",
                  f->profile, mech);
         return -ENOTSUP;
     }
@@ -388,7 +500,8 @@ static int resolve_credentials(struct aws_config *c, const struct shared_files *
         return -ENOENT;
     }
     c->cred_source = AWS_CRED_NONE;
-    return 0;
+    rc = explicit_profile ? 0 : creds_from_host(c);
+    return rc < 0 ? rc : 0;
 }
 
 static int resolve_region(struct aws_config *c, const struct aws_config_overrides *ov,
@@ -487,6 +600,13 @@ int aws_config_resolve(const struct aws_config_overrides *ov, struct aws_config 
         rc = resolve_endpoint(out, ov, &f);
     if (rc == 0)
         resolve_addressing(out, &f);
+    if (rc == 0 &&
+        (out->cred_source == AWS_CRED_WEB_IDENTITY || out->cred_source == AWS_CRED_ASSUME_ROLE)) {
+        const char *sts = env("AWS_ENDPOINT_URL_STS");
+        if (!sts)
+            sts = cfg_get(&f, "sts.endpoint_url");
+        rc = set_str(&out->sts_endpoint, sts);
+    }
     aws_ini_free(&f.cred);
     aws_ini_free(&f.config);
     if (rc == -ENOMEM && err && errlen)
@@ -506,6 +626,15 @@ void aws_config_free(struct aws_config *c)
     free(c->region);
     free(c->endpoint_url);
     free(c->profile);
+    free(c->role_arn);
+    free(c->role_session_name);
+    free(c->web_identity_token_file);
+    free_secret(c->credential_process);
+    free(c->sts_endpoint);
+    free(c->container_url);
+    free_secret(c->container_token);
+    free(c->container_token_file);
+    free(c->imds_endpoint);
     memset(c, 0, sizeof *c);
 }
 
@@ -518,6 +647,16 @@ const char *aws_cred_source_name(enum aws_cred_source s)
         return "shared credentials file";
     case AWS_CRED_CONFIG_FILE:
         return "shared config file";
+    case AWS_CRED_WEB_IDENTITY:
+        return "web identity (STS AssumeRoleWithWebIdentity)";
+    case AWS_CRED_ASSUME_ROLE:
+        return "profile role (STS AssumeRole)";
+    case AWS_CRED_PROCESS:
+        return "credential_process";
+    case AWS_CRED_CONTAINER:
+        return "container credentials endpoint";
+    case AWS_CRED_IMDS:
+        return "EC2 instance metadata (IMDSv2)";
     default:
         return "none (anonymous)";
     }

@@ -3,11 +3,16 @@
  * AWS CLI does: explicit options, then AWS_* environment variables, then the
  * shared files (~/.aws/credentials, ~/.aws/config).
  *
- * Precedence:
- *   credentials: --profile given -> that profile only (env keys ignored);
+ * Precedence (the AWS SDKs' default chain; this file only decides which
+ * source applies and collects its settings; creds.c fetches and refreshes):
+ *   credentials: --profile given -> that profile only (env, container, IMDS ignored);
  *                else AWS_ACCESS_KEY_ID + AWS_SECRET_ACCESS_KEY (+ AWS_SESSION_TOKEN);
- *                else profile (AWS_PROFILE or "default") in the credentials file,
- *                then in the config file; else anonymous.
+ *                else AWS_ROLE_ARN + AWS_WEB_IDENTITY_TOKEN_FILE (web identity);
+ *                else the profile (AWS_PROFILE or "default"): role_arn (with
+ *                source_profile or web_identity_token_file), static keys (credentials
+ *                file, then config file), credential_process; sso is refused;
+ *                else AWS_CONTAINER_CREDENTIALS_FULL_URI / _RELATIVE_URI;
+ *                else IMDSv2 unless AWS_EC2_METADATA_DISABLED=true; else anonymous.
  *   region:      --region, AWS_REGION, AWS_DEFAULT_REGION, profile region, us-east-1.
  *   endpoint:    --endpoint-url, AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, the profile's
  *                services section (s3 = endpoint_url = ...), the profile's nested
@@ -29,6 +34,11 @@ enum aws_cred_source {
     AWS_CRED_ENV,              /* AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY */
     AWS_CRED_CREDENTIALS_FILE, /* shared credentials file */
     AWS_CRED_CONFIG_FILE,      /* shared config file */
+    AWS_CRED_WEB_IDENTITY,     /* STS AssumeRoleWithWebIdentity (env or profile) */
+    AWS_CRED_ASSUME_ROLE,      /* profile role_arn + source_profile: STS AssumeRole */
+    AWS_CRED_PROCESS,          /* profile credential_process */
+    AWS_CRED_CONTAINER,        /* container credentials endpoint (ECS, EKS pod identity) */
+    AWS_CRED_IMDS,             /* EC2 instance metadata (IMDSv2) */
 };
 
 enum aws_addressing {
@@ -55,12 +65,25 @@ struct aws_config {
     enum aws_addressing addressing; /* s3.addressing_style in the config file */
     const char *region_source;      /* "--region", "AWS_REGION", ..., "default" */
     const char *endpoint_source;    /* "--endpoint-url", "AWS_ENDPOINT_URL", ..., NULL */
+    /* Settings of the fetched sources (NULL when not used). For ASSUME_ROLE the
+     * access_key_id/secret_access_key/session_token above are the source
+     * profile's keys, which sign the AssumeRole call. */
+    char *role_arn;                /* WEB_IDENTITY, ASSUME_ROLE */
+    char *role_session_name;       /* or NULL: creds.c makes one up */
+    char *web_identity_token_file; /* WEB_IDENTITY */
+    char *credential_process;      /* PROCESS: a shell command line */
+    char *sts_endpoint;            /* AWS_ENDPOINT_URL_STS or the profile's sts endpoint */
+    char *container_url;           /* CONTAINER: full URL */
+    char *container_token;         /* AWS_CONTAINER_AUTHORIZATION_TOKEN */
+    char *container_token_file;    /* AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE (wins) */
+    char *imds_endpoint;           /* IMDS: AWS_EC2_METADATA_SERVICE_ENDPOINT or default */
 };
 
 /* Resolve into *out (free with aws_config_free). 0, or a negative errno with
- * a one-line reason in err: -ENOENT for a named profile found in neither file,
- * -ENOTSUP for a profile whose credentials need a mechanism ckptfs lacks
- * (role_arn, credential_process, sso), -EINVAL for an unreadable shared file. */
+ * a one-line reason in err: -ENOENT for a named profile found in neither file
+ * (or a missing source_profile), -ENOTSUP for a profile whose credentials need
+ * a mechanism ckptfs lacks (sso, credential_source), -EINVAL for an unreadable
+ * shared file. Nothing is fetched here. */
 int aws_config_resolve(const struct aws_config_overrides *ov, struct aws_config *out, char *err,
                        size_t errlen);
 void aws_config_free(struct aws_config *c);

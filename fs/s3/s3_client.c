@@ -66,9 +66,7 @@ struct s3_client {
     char *path_base;   /* raw path before the key: "" (virtual-hosted) or "/bucket" */
     char *endpoint;    /* endpoint URL for messages, ending in '/' */
     char *region;
-    char *access_key_id; /* NULL when anonymous */
-    char *secret_access_key;
-    char *session_token;
+    struct creds_provider *creds; /* NULL when anonymous; not owned */
     int path_style;
     int max_connections, connect_timeout_ms, request_timeout_ms;
     int unsigned_payload;            /* bodies are signed as UNSIGNED-PAYLOAD */
@@ -86,15 +84,6 @@ struct s3_client {
 };
 
 /* ---- small helpers ------------------------------------------------------ */
-
-/* Secret strings are wiped before they are freed. */
-static void free_secret(char *s)
-{
-    if (s) {
-        OPENSSL_cleanse(s, strlen(s));
-        free(s);
-    }
-}
 
 static int64_t now_ms(void)
 {
@@ -501,27 +490,32 @@ static int sign_headers(const struct s3_client *s, const struct s3_request *rq, 
     h[nh++] = (struct sigv4_pair){"Host", s->host_header};
     h[nh++] = (struct sigv4_pair){"x-amz-content-sha256", payload};
     h[nh++] = (struct sigv4_pair){"x-amz-date", date};
-    if (s->session_token)
-        h[nh++] = (struct sigv4_pair){"x-amz-security-token", s->session_token};
+    /* this attempt keeps these credentials even if a refresh swaps them */
+    struct creds *cr = creds_provider_get(s->creds);
+    if (cr && cr->session_token)
+        h[nh++] = (struct sigv4_pair){"x-amz-security-token", cr->session_token};
     if (rq->range)
         h[nh++] = (struct sigv4_pair){"Range", rq->range};
     if (rq->if_match)
         h[nh++] = (struct sigv4_pair){"If-Match", rq->if_match};
     for (size_t i = 0; i < rq->nheaders; i++)
         h[nh++] = rq->headers[i];
-    for (size_t i = 0; i < nh; i++)
-        if (add_header(list, h[i].name, h[i].value) < 0)
-            return -ENOMEM;
-    if (!s->access_key_id)
-        return 0;
+    int rc = 0;
+    for (size_t i = 0; i < nh && rc == 0; i++)
+        rc = add_header(list, h[i].name, h[i].value);
+    if (!cr || rc < 0) {
+        creds_unref(cr);
+        return rc;
+    }
     struct sigv4_request req = {rq->method, path, rq->query, rq->nquery, h, nh, payload};
-    struct sigv4_credentials cred = {s->access_key_id, s->secret_access_key, s->session_token};
+    struct sigv4_credentials cred = {cr->access_key_id, cr->secret_access_key, cr->session_token};
     char *auth = sigv4_authorization(&req, &cred, date, s->region, "s3");
-    int rc = auth ? add_header(list, "Authorization", auth) : -ENOMEM;
+    rc = auth ? add_header(list, "Authorization", auth) : -ENOMEM;
     if (auth) {
         OPENSSL_cleanse(auth, strlen(auth));
         free(auth);
     }
+    creds_unref(cr);
     return rc;
 }
 
@@ -1003,10 +997,8 @@ int s3_client_create(const struct s3_client_config *cfg, struct s3_client **out,
     s->unsigned_payload = cfg->unsigned_payload;
     s->counters = cfg->counters;
     int rc = 0;
-    if (copy_opt(&s->bucket, cfg->bucket) < 0 || copy_opt(&s->region, cfg->region) < 0 ||
-        copy_opt(&s->access_key_id, cfg->access_key_id) < 0 ||
-        copy_opt(&s->secret_access_key, cfg->secret_access_key) < 0 ||
-        copy_opt(&s->session_token, cfg->session_token) < 0)
+    s->creds = cfg->creds;
+    if (copy_opt(&s->bucket, cfg->bucket) < 0 || copy_opt(&s->region, cfg->region) < 0)
         rc = -ENOMEM;
     if (rc == 0)
         rc = setup_addressing(s, cfg->endpoint_url, cfg->force_path_style, cfg->addressing, err,
@@ -1042,9 +1034,6 @@ void s3_client_destroy(struct s3_client *s)
     free(s->path_base);
     free(s->endpoint);
     free(s->region);
-    free_secret(s->access_key_id);
-    free_secret(s->secret_access_key);
-    free_secret(s->session_token);
     free(s);
 }
 

@@ -9,8 +9,8 @@
  * attempt (also an <Error> document inside a 200 answer) and retrying with
  * jittered exponential backoff, mapping failures to errno (s3_error.c) with
  * their log lines, and fetching one ListObjectsV2 page (s3_xml.c).
- * s3_client.c is the only file that includes curl.h; nothing here exposes
- * libcurl types.
+ * s3_client.c is the only S3 file that includes curl.h (creds.c has its own
+ * small requests to IMDS / STS); nothing here exposes libcurl types.
  *
  * What a path means (keys, directories, listings, reads, writes) is the
  * store's business: see store_s3.c and store_s3_write.c. Credentials are
@@ -24,6 +24,7 @@
 #include <stdint.h>
 
 #include "aws_config.h"
+#include "creds.h"
 #include "s3_xml.h"
 #include "sigv4.h"
 #include "store.h"
@@ -38,11 +39,11 @@ struct s3_client_config {
     const char *endpoint_url; /* "http(s)://host[:port][/path]" */
     int force_path_style;     /* --force-path-style */
     enum aws_addressing addressing;
-    const char *region;            /* region requests are signed for */
-    const char *access_key_id;     /* NULL: anonymous (unsigned) requests */
-    const char *secret_access_key; /* wiped when the client is destroyed */
-    const char *session_token;     /* or NULL */
-    int max_connections;           /* requests in flight at most (> 0) */
+    const char *region; /* region requests are signed for */
+    /* Signs each attempt with its current credentials; NULL: anonymous
+     * (unsigned) requests. Not owned: must outlive the client. */
+    struct creds_provider *creds;
+    int max_connections; /* requests in flight at most (> 0) */
     int connect_timeout_ms;
     int request_timeout_ms; /* no progress for this long fails an attempt */
     int unsigned_payload;   /* sign bodies as UNSIGNED-PAYLOAD, not their SHA-256 */

@@ -429,6 +429,7 @@ static void s3_destroy(struct store *base)
     if (!s)
         return;
     s3_client_destroy(s->client);
+    creds_provider_destroy(s->creds);
     free(s->bucket);
     free(s->prefix);
     free(s->region);
@@ -497,23 +498,6 @@ static char *clean_prefix(const char *prefix)
     return p;
 }
 
-/* Take the region from cfg into s; say where the credentials came from. */
-static void take_credentials(struct s3_store *s, struct aws_config *cfg)
-{
-    s->region = cfg->region;
-    cfg->region = NULL;
-    char key[32];
-    if (!cfg->access_key_id)
-        log_warn("s3: no AWS credentials found (environment, profile '%s'): sending unsigned "
-                 "requests",
-                 cfg->profile ? cfg->profile : "default");
-    else
-        log_info("s3: credentials from %s (profile '%s', key %s%s)",
-                 aws_cred_source_name(cfg->cred_source), cfg->profile ? cfg->profile : "default",
-                 aws_redact(cfg->access_key_id, 1, key, sizeof key),
-                 cfg->session_token ? ", with session token" : "");
-}
-
 /* Resolve credentials, region and endpoint, and create the client for them. */
 static int configure(struct s3_store *s, const struct store_options *opt, char *err, size_t errlen)
 {
@@ -522,24 +506,33 @@ static int configure(struct s3_store *s, const struct store_options *opt, char *
     int rc = aws_config_resolve(&ov, &cfg, err, errlen);
     if (rc < 0)
         return rc;
+    /* fetches the first credentials now: a broken source fails the mount */
+    rc = creds_provider_create(&cfg, &s->creds, err, errlen);
+    if (rc < 0) {
+        aws_config_free(&cfg);
+        return rc;
+    }
+    if (!s->creds && cfg.cred_source == AWS_CRED_NONE)
+        log_warn("s3: no AWS credentials found (environment, profile '%s'): sending unsigned "
+                 "requests",
+                 cfg.profile ? cfg.profile : "default");
     char *endpoint = cfg.endpoint_url ? strdup(cfg.endpoint_url)
                                       : str_printf("https://s3.%s.amazonaws.com", cfg.region);
-    take_credentials(s, &cfg);
+    s->region = cfg.region;
+    cfg.region = NULL;
     struct s3_client_config cc = {.bucket = s->bucket,
                                   .endpoint_url = endpoint,
                                   .force_path_style = opt->force_path_style,
                                   .addressing = cfg.addressing,
                                   .region = s->region,
-                                  .access_key_id = cfg.access_key_id,
-                                  .secret_access_key = cfg.secret_access_key,
-                                  .session_token = cfg.session_token,
+                                  .creds = s->creds,
                                   .max_connections = s->max_connections,
                                   .connect_timeout_ms = s->connect_timeout_ms,
                                   .request_timeout_ms = s->request_timeout_ms,
                                   .unsigned_payload = s->unsigned_payload,
                                   .counters = &s->base.counters};
     rc = endpoint ? s3_client_create(&cc, &s->client, err, errlen) : -ENOMEM;
-    aws_config_free(&cfg); /* wipes the secrets: the client has its own copies */
+    aws_config_free(&cfg); /* wipes the secrets: the provider has its own copies */
     free(endpoint);
     return rc;
 }

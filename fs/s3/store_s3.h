@@ -16,7 +16,8 @@
 
 struct s3_store {
     struct store base;
-    struct s3_client *client; /* NULL until configured */
+    struct s3_client *client;     /* NULL until configured */
+    struct creds_provider *creds; /* NULL: anonymous; outlives client */
     char *bucket;
     char *prefix; /* "" or "a/b" */
     char *region;

@@ -29,7 +29,10 @@ ranged GET (same end, later start) counts as the same request.
 With credentials=(key_id, secret) the proxy also checks each request's AWS SigV4
 signature the way S3 does (s3rver 3.7.1 does not check V4 signatures at all) and answers
 403 SignatureDoesNotMatch / InvalidAccessKeyId / XAmzContentSHA256Mismatch / AccessDenied
-itself; .rejected counts those.
+itself; .rejected counts those. credentials may also be a callable lookup(headers) ->
+(key_id, secret) or (None, (code, message)) for temporary credentials: it sees the
+x-amz-security-token header and rejects unknown or expired tokens (ExpiredToken and
+InvalidToken are answered 400, as S3 does); .tokens counts the tokens of accepted requests.
 
 Standalone: python3 faultproxy.py UPSTREAM_PORT [--p503 P] [--pcut P] [--preset P]
 """
@@ -287,7 +290,7 @@ def _uri_encode(s, safe):
     return urllib.parse.quote(s, safe=safe)  # RFC 3986 unreserved are never quoted
 
 
-def sigv4_check(method, target, headers, body, key_id, secret):
+def sigv4_check(method, target, headers, body, key_id, secret, service="s3"):
     """S3's check of an AWS4-HMAC-SHA256 Authorization header.
 
     Returns None if the request is correctly signed, else (S3 error code, message).
@@ -314,7 +317,7 @@ def sigv4_check(method, target, headers, body, key_id, secret):
     if "host" not in signed or signed != sorted(signed):
         return ("SignatureDoesNotMatch", f"SignedHeaders must include host and be sorted: {signed}")
     amzdate = headers.get("x-amz-date", "")
-    if not amzdate.startswith(date) or term != "aws4_request" or service != "s3":
+    if not amzdate.startswith(date) or term != "aws4_request" or fields["Credential"].split("/")[3] != service:
         return ("SignatureDoesNotMatch", f"bad scope {fields['Credential']} for x-amz-date {amzdate!r}")
     payload = headers.get("x-amz-content-sha256")
     if payload is None:
@@ -338,7 +341,7 @@ def sigv4_check(method, target, headers, body, key_id, secret):
     scope = f"{date}/{region}/{service}/{term}"
     sts = "\n".join(["AWS4-HMAC-SHA256", amzdate, scope, hashlib.sha256(creq.encode()).hexdigest()])
     k = ("AWS4" + secret).encode()
-    for part in (date, region, service, term):
+    for part in (date, region, fields["Credential"].split("/")[3], term):
         k = hmac.new(k, part.encode(), hashlib.sha256).digest()
     want = hmac.new(k, sts.encode(), hashlib.sha256).hexdigest()
     if not hmac.compare_digest(want, sig):
@@ -358,6 +361,7 @@ class FaultProxy:
         self.upstream = (upstream_host, upstream_port)
         self.credentials = credentials  # (key_id, secret): check SigV4 like S3
         self.rejected = collections.Counter()  # S3 error code -> count (signature checks)
+        self.tokens = collections.Counter()  # x-amz-security-token of accepted requests
         self.policy = policy or passthrough
         self.stall_seconds = stall_seconds
         self.trickle_bytes = trickle_bytes
@@ -469,14 +473,18 @@ class FaultProxy:
                 assert action in ACTIONS, action
                 client_close = h.get("connection", "").lower() == "close" or version == "HTTP/1.0"
                 if self.credentials:
-                    bad = sigv4_check(method, target, h, body, *self.credentials)
+                    creds = self.credentials(h) if callable(self.credentials) else self.credentials
+                    bad = creds[1] if creds[0] is None else sigv4_check(method, target, h, body, *creds)
+                    if not bad:
+                        self.tokens[h.get("x-amz-security-token")] += 1
                     if bad:
+                        status = "400 Bad Request" if bad[0] in ("ExpiredToken", "InvalidToken") else "403 Forbidden"
                         self.rejected[bad[0]] += 1
                         payload, rid = _error_body(bad[0], bad[1].replace("&", "&amp;").replace("<", "&lt;"), req.path)
                         rh = [("Content-Type", "application/xml"), ("x-amz-request-id", rid),
                               ("Content-Length", "0" if method == "HEAD" else str(len(payload)))]
-                        client.sendall(_head_bytes("HTTP/1.1 403 Forbidden", rh) + (b"" if method == "HEAD" else payload))
-                        self.log.append((req.seq, repr(req), "sigv4:" + bad[0], 403))
+                        client.sendall(_head_bytes("HTTP/1.1 " + status, rh) + (b"" if method == "HEAD" else payload))
+                        self.log.append((req.seq, repr(req), "sigv4:" + bad[0], int(status[:3])))
                         continue
                 self.counts[action] += 1
 

@@ -456,13 +456,15 @@ def unique_prefix(name):
 
 def clean_env(extra=None, home=None):
     """The daemon's environment: ours minus AWS_* and XDG_*, with HOME set to an empty
-    directory of the test's own, so neither the host's ~/.aws nor ~/.cache is used."""
+    directory of the test's own, so neither the host's ~/.aws nor ~/.cache is used, and
+    IMDS disabled (extra may enable it again, e.g. AWS_EC2_METADATA_DISABLED="")."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "XDG_"))}
     if home:
         os.makedirs(home, exist_ok=True)
         env["HOME"] = home
     env["AWS_CONFIG_FILE"] = "/nonexistent/ckptfs-it/config"
     env["AWS_SHARED_CREDENTIALS_FILE"] = "/nonexistent/ckptfs-it/credentials"
+    env["AWS_EC2_METADATA_DISABLED"] = "true"  # no IMDS probe unless a test asks for one
     env.update(extra or {})
     return sanitizer_env(env)
 

@@ -38,7 +38,16 @@ static void clean_env(void)
                           "AWS_ENDPOINT_URL_S3",
                           "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS",
                           "AWS_SHARED_CREDENTIALS_FILE",
-                          "AWS_CONFIG_FILE"};
+                          "AWS_CONFIG_FILE",
+                          "AWS_ROLE_ARN",
+                          "AWS_WEB_IDENTITY_TOKEN_FILE",
+                          "AWS_ROLE_SESSION_NAME",
+                          "AWS_ENDPOINT_URL_STS",
+                          "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+                          "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+                          "AWS_CONTAINER_AUTHORIZATION_TOKEN",
+                          "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE",
+                          "AWS_EC2_METADATA_SERVICE_ENDPOINT"};
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
         unsetenv(vars[i]);
 }
@@ -52,6 +61,7 @@ static void setup(void)
     cr_assert_eq(mkdir(aws, 0700), 0);
     clean_env();
     setenv("HOME", home, 1);
+    setenv("AWS_EC2_METADATA_DISABLED", "true", 1); /* tests that want IMDS unset it */
 }
 
 static void teardown(void)
@@ -324,17 +334,97 @@ Test(aws_config, missing_named_profile_is_an_error)
 
 Test(aws_config, unsupported_mechanism_is_reported)
 {
+    write_file("config", "[profile sso]\nsso_start_url = https://example.awsapps.com/start\n");
+    struct aws_config c;
+    char err[512];
+    cr_expect_eq(
+        aws_config_resolve(&(struct aws_config_overrides){.profile = "sso"}, &c, err, sizeof err),
+        -ENOTSUP);
+    cr_expect(strstr(err, "sso_start_url") != NULL, "%s", err);
+}
+
+/* The chain in the SDKs' order: env, web identity, profile, container, IMDS. */
+Test(aws_config, chain_order)
+{
+    write_file("credentials", CREDS);
     write_file("config", CONFIG);
     struct aws_config c;
-    char err[256];
-    cr_expect_eq(resolve(NULL, NULL, "role", &c, err), -ENOTSUP);
-    cr_expect(strstr(err, "role_arn") != NULL, "%s", err);
+    char err[512];
+    setenv("AWS_ACCESS_KEY_ID", "AKIDENV0000000000001", 1);
+    setenv("AWS_SECRET_ACCESS_KEY", "env-secret", 1);
+    setenv("AWS_ROLE_ARN", "arn:aws:iam::1:role/web", 1);
+    setenv("AWS_WEB_IDENTITY_TOKEN_FILE", "/tmp/token", 1);
+    setenv("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "/v2/creds", 1);
+    unsetenv("AWS_EC2_METADATA_DISABLED");
+    cr_assert_eq(resolve(NULL, NULL, NULL, &c, err), 0, "%s", err);
+    cr_expect_eq(c.cred_source, AWS_CRED_ENV);
+    aws_config_free(&c);
+    unsetenv("AWS_ACCESS_KEY_ID");
+    cr_assert_eq(resolve(NULL, NULL, NULL, &c, err), 0, "%s", err);
+    cr_expect_eq(c.cred_source, AWS_CRED_WEB_IDENTITY);
+    cr_expect_str_eq(c.role_arn, "arn:aws:iam::1:role/web");
+    cr_expect_str_eq(c.web_identity_token_file, "/tmp/token");
+    cr_expect_null(c.sts_endpoint);
+    aws_config_free(&c);
+    setenv("AWS_ENDPOINT_URL_STS", "http://127.0.0.1:1/", 1);
+    cr_assert_eq(resolve(NULL, NULL, NULL, &c, err), 0, "%s", err);
+    cr_expect_str_eq(c.sts_endpoint, "http://127.0.0.1:1/");
+    aws_config_free(&c);
+    unsetenv("AWS_ROLE_ARN");
+    cr_assert_eq(resolve(NULL, NULL, NULL, &c, err), 0, "%s", err);
+    cr_expect_eq(c.cred_source, AWS_CRED_CREDENTIALS_FILE);
+    aws_config_free(&c);
+    write_file("credentials", "");
+    write_file("config", "");
+    cr_assert_eq(resolve(NULL, NULL, NULL, &c, err), 0, "%s", err);
+    cr_expect_eq(c.cred_source, AWS_CRED_CONTAINER);
+    cr_expect_str_eq(c.container_url, "http://169.254.170.2/v2/creds");
+    aws_config_free(&c);
+    unsetenv("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI");
+    cr_assert_eq(resolve(NULL, NULL, NULL, &c, err), 0, "%s", err);
+    cr_expect_eq(c.cred_source, AWS_CRED_IMDS);
+    cr_expect_str_eq(c.imds_endpoint, "http://169.254.169.254");
+    aws_config_free(&c);
+    setenv("AWS_EC2_METADATA_DISABLED", "true", 1);
+    cr_assert_eq(resolve(NULL, NULL, NULL, &c, err), 0, "%s", err);
+    cr_expect_eq(c.cred_source, AWS_CRED_NONE);
+    aws_config_free(&c);
+}
+
+Test(aws_config, profile_mechanisms)
+{
+    write_file("credentials", CREDS);
+    write_file("config", "[profile proc]\ncredential_process = /bin/helper --x\n"
+                         "[profile role]\nrole_arn = arn:aws:iam::1:role/r\n"
+                         "source_profile = dev\nrole_session_name = s1\n"
+                         "sts =\n  endpoint_url = http://sts.local:1\n"
+                         "[profile webid]\nrole_arn = arn:aws:iam::1:role/w\n"
+                         "web_identity_token_file = /t\n"
+                         "[profile nosrc]\nrole_arn = arn:aws:iam::1:role/r\n"
+                         "source_profile = missing\n");
+    struct aws_config c;
+    char err[512];
+    cr_assert_eq(resolve(NULL, NULL, "proc", &c, err), 0, "%s", err);
+    cr_expect_eq(c.cred_source, AWS_CRED_PROCESS);
+    cr_expect_str_eq(c.credential_process, "/bin/helper --x");
+    aws_config_free(&c);
+    cr_assert_eq(resolve(NULL, NULL, "role", &c, err), 0, "%s", err);
+    cr_expect_eq(c.cred_source, AWS_CRED_ASSUME_ROLE);
+    cr_expect_str_eq(c.access_key_id, "AKIDFILEDEV000000001"); /* the source's keys sign */
+    cr_expect_str_eq(c.role_session_name, "s1");
+    cr_expect_str_eq(c.sts_endpoint, "http://sts.local:1");
+    aws_config_free(&c);
+    cr_assert_eq(resolve(NULL, NULL, "webid", &c, err), 0, "%s", err);
+    cr_expect_eq(c.cred_source, AWS_CRED_WEB_IDENTITY);
+    aws_config_free(&c);
+    cr_expect_eq(resolve(NULL, NULL, "nosrc", &c, err), -ENOENT);
+    cr_expect(strstr(err, "source_profile 'missing'") != NULL, "%s", err);
 }
 
 Test(aws_config, errors_never_contain_secrets)
 {
     write_file("credentials", "[default]\naws_secret_access_key = TOPSECRETVALUE\n"
-                              "credential_process = /bin/secret-helper\n");
+                              "sso_session = corp\n");
     struct aws_config c;
     char err[256];
     int rc = resolve(NULL, NULL, NULL, &c, err);
