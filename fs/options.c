@@ -142,7 +142,7 @@ static const struct opt table[] = {
      "largest sequential readahead window (256M, at most\na quarter of the cache size)", NULL,
      NULL},
     {"kernel-readahead", 0, K_SIZE32, F(max_readahead), 4096, 16 * MiB, "SIZE",
-     "the kernel's readahead on the mount (256K): how far it reads past\n"
+     "the kernel's readahead on the mount (1M): how far it reads past\n"
      "what a reader asked for (the daemon's own prefetch runs ahead anyway)",
      NULL, NULL},
     {"attr-timeout", 0, K_SECONDS, F(core.attr_timeout), 0, 1e9, "SEC",
@@ -410,12 +410,11 @@ void options_defaults(struct options *o)
 {
     memset(o, 0, sizeof *o);
     core_config_defaults(&o->core);
-    /* Every byte the kernel reads ahead is fetched: a partial load that stops
-     * at an item boundary pays for up to this much of the next item. The
-     * index-guided prefetch and the daemon's readahead keep the store busy;
-     * the kernel's readahead only sizes FUSE requests (a large read() is
-     * still sent in requests of up to max_pages). */
-    o->max_readahead = 256u << 10;
+    /* The kernel's readahead sizes FUSE read requests: 256K halved cold
+     * sequential reads on the nginx fast path (435 vs 870 MB/s). Every byte
+     * it reads ahead is fetched, so a partial load pays for up to this much
+     * past its last item; --kernel-readahead trades the two. */
+    o->max_readahead = 1u << 20;
     o->core.stats_interval = 5;
 }
 
