@@ -350,7 +350,7 @@ def test_stats_xattr_shape(store, mounter):
     for key in ("opens", "read_bytes", "get_requests", "get_bytes", "retries", "errors"):
         assert harness.stat_value(before, key) == 0, (key, before)
     assert before["store"] == store.kind
-    assert before["cache"]["capacity"] == 1 << 30 and before["cache"]["block_size"] == 1 << 20
+    assert before["cache"]["capacity"] == 1 << 30 and before["cache"]["block_size"] == 64 << 10
     os.stat(mnt.p("s"))
     looked = mnt.stats()
     asked = lambda st: harness.stat_value(st, "head_requests") + harness.stat_value(st, "list_requests")
