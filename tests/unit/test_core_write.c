@@ -36,24 +36,6 @@ static void setup(void)
     cr_assert(core_writable(core));
 }
 
-static void rm_tree(const char *path)
-{
-    DIR *d = opendir(path);
-    if (!d) {
-        unlink(path);
-        return;
-    }
-    struct dirent *e;
-    while ((e = readdir(d)))
-        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
-            char p[1024];
-            snprintf(p, sizeof p, "%s/%s", path, e->d_name);
-            rm_tree(p);
-        }
-    closedir(d);
-    rmdir(path);
-}
-
 static void teardown(void)
 {
     core_destroy(core);

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "creds.h"
+#include "test_util.h"
 
 static struct creds *parse(const char *json, enum creds_json_kind k, int want_rc, char *err)
 {
@@ -230,13 +231,6 @@ static struct creds_provider *process_provider(const char *dir, char *err)
     return p;
 }
 
-static void rm_rf(const char *dir)
-{
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    cr_expect_eq(system(cmd), 0);
-}
-
 Test(creds, provider_refreshes_and_keeps_old_references)
 {
     char dir[] = "/tmp/ckptfs-creds-XXXXXX", err[512] = "";
@@ -261,7 +255,7 @@ Test(creds, provider_refreshes_and_keeps_old_references)
     creds_unref(first);
     creds_unref(later);
     creds_provider_destroy(p);
-    rm_rf(dir);
+    rm_tree(dir);
 }
 
 Test(creds, failed_refresh_keeps_old_credentials_then_recovers)
@@ -291,7 +285,7 @@ Test(creds, failed_refresh_keeps_old_credentials_then_recovers)
     cr_expect_eq(creds_provider_refreshes(p), 1);
     creds_unref(c);
     creds_provider_destroy(p);
-    rm_rf(dir);
+    rm_tree(dir);
 }
 
 Test(creds, broken_process_fails_create_with_one_line)

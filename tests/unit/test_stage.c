@@ -50,25 +50,6 @@ static void setup(void)
     open_stage();
 }
 
-static void rm_tree(const char *path)
-{
-    DIR *d = opendir(path);
-    if (!d) {
-        unlink(path);
-        return;
-    }
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-            continue;
-        char p[1024];
-        snprintf(p, sizeof p, "%s/%s", path, e->d_name);
-        rm_tree(p);
-    }
-    closedir(d);
-    rmdir(path);
-}
-
 static void teardown(void)
 {
     stage_close(st);

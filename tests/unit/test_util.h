@@ -6,8 +6,11 @@
 #define CKPTFS_TEST_UTIL_H
 
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 /* The whole file at path in a malloc'd buffer (one spare byte, so an empty
  * file still gets a valid pointer); *n = its length. Fails the test if the
@@ -25,6 +28,25 @@ static inline char *slurp(const char *path, size_t *n)
     fclose(f);
     *n = (size_t)len;
     return b;
+}
+
+/* Remove path and everything below it (a test's scratch directory). */
+static inline void rm_tree(const char *path)
+{
+    DIR *d = opendir(path);
+    if (!d) {
+        unlink(path);
+        return;
+    }
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
+            char p[4096];
+            if (snprintf(p, sizeof p, "%s/%s", path, e->d_name) < (int)sizeof p)
+                rm_tree(p);
+        }
+    closedir(d);
+    rmdir(path);
 }
 
 /* Write text to dir/name, replacing the file. Fails the test on error. */
