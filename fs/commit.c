@@ -17,6 +17,7 @@
  */
 #include "dcp.h"
 #include "log.h"
+#include "strutil.h"
 #include "wfile.h"
 
 #include <errno.h>

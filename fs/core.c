@@ -132,40 +132,26 @@ void core_meta_put(struct core *core, const char *path, int err, const struct st
     pthread_mutex_unlock(&core->meta_lock);
 }
 
-/* Returns 1 and fills err and st when a fresh entry exists. */
-static int meta_get(struct core *core, const char *path, int *err, struct store_stat *st)
-{
-    int found = 0;
-    pthread_mutex_lock(&core->meta_lock);
-    for (struct meta_entry *e = core->meta[meta_bucket(path)]; e; e = e->next) {
-        if (strcmp(e->path, path) == 0) {
-            if (e->expires > now_seconds()) {
-                *err = e->err;
-                *st = e->st;
-                found = 1;
-            }
-            break;
-        }
-    }
-    pthread_mutex_unlock(&core->meta_lock);
-    return found;
-}
+enum meta_state { META_ABSENT, META_EXPIRED, META_FRESH };
 
-/* Like meta_get, but also finds an expired entry (*expired set). */
-static int meta_peek(struct core *core, const char *path, int *err, int *expired)
+/* What the cache knows of path; err and st (if not NULL) are filled for
+ * META_FRESH, err alone for META_EXPIRED. */
+static enum meta_state meta_find(struct core *core, const char *path, int *err,
+                                 struct store_stat *st)
 {
-    int found = 0;
+    enum meta_state state = META_ABSENT;
     pthread_mutex_lock(&core->meta_lock);
     for (struct meta_entry *e = core->meta[meta_bucket(path)]; e; e = e->next) {
         if (strcmp(e->path, path) == 0) {
             *err = e->err;
-            *expired = e->expires <= now_seconds();
-            found = 1;
+            state = e->expires > now_seconds() ? META_FRESH : META_EXPIRED;
+            if (state == META_FRESH && st)
+                *st = e->st;
             break;
         }
     }
     pthread_mutex_unlock(&core->meta_lock);
-    return found;
+    return state;
 }
 
 void core_meta_forget(struct core *core, const char *path)
@@ -334,12 +320,13 @@ static enum listing_state dir_listing(struct core *core, const char *dir)
         return NOT_LISTED; /* nothing is cached: a listing would answer one lookup */
     char m[4100];
     marker_of(dir, m, sizeof m);
-    int err, expired;
-    if (meta_peek(core, m, &err, &expired)) {
+    int err;
+    enum meta_state mark = meta_find(core, m, &err, NULL);
+    if (mark != META_ABSENT) {
         int writing = core->stage && stage_busy_below(core->stage, dir);
-        if (err == 0 && (!expired || writing))
+        if (err == 0 && (mark == META_FRESH || writing))
             return LISTED;
-        if (err == -E2BIG && !expired)
+        if (err == -E2BIG && mark == META_FRESH)
             return NOT_LISTED;
     }
     int checkpoint = core->index && ckindex_is_checkpoint(core->index, dir);
@@ -370,28 +357,21 @@ static enum listing_state dir_listing(struct core *core, const char *dir)
 int core_lookup_store(struct core *core, const char *spath, struct store_stat *st)
 {
     int err;
-    if (meta_get(core, spath, &err, st))
+    enum meta_state known = meta_find(core, spath, &err, st);
+    if (known == META_FRESH)
         return err;
-    if (*spath) {
-        const char *slash = strrchr(spath, '/');
-        char dir[4096];
-        size_t dlen = slash ? (size_t)(slash - spath) : 0;
-        if (dlen < sizeof dir) {
-            memcpy(dir, spath, dlen);
-            dir[dlen] = '\0';
-            if (dir_listing(core, dir) == LISTED) {
-                /* Absent from the cache: not in the listing. Listed, but
-                 * the entry expired (it may have been put long before the
-                 * mark, or the mark outlives it while this mount writes
-                 * into dir): ask the store by name below. */
-                int expired;
-                if (!meta_peek(core, spath, &err, &expired)) {
-                    core_meta_put(core, spath, -ENOENT, NULL);
-                    return -ENOENT;
-                }
-                if (!expired && meta_get(core, spath, &err, st))
-                    return err;
-            }
+    char dir[4096];
+    /* A name absent from the cache of a listed directory is not in the
+     * listing. One listed whose entry expired (put long before the mark, or
+     * the mark outlives it while this mount writes into dir) is asked for by
+     * name below. */
+    if (*spath && path_dir(spath, dir, sizeof dir) == 0 && dir_listing(core, dir) == LISTED) {
+        known = meta_find(core, spath, &err, st); /* the listing may have put it */
+        if (known == META_FRESH)
+            return err;
+        if (known == META_ABSENT) {
+            core_meta_put(core, spath, -ENOENT, NULL);
+            return -ENOENT;
         }
     }
     err = core->store->ops->stat(core->store, spath, st);
@@ -466,17 +446,10 @@ int core_readdir(struct core *core, const char *path, core_fill_fn fill, void *a
 /* Opening DIR/.metadata means DIR is a checkpoint: make sure it is indexed. */
 static void notice_checkpoint(struct core *core, const char *spath, const struct store_stat *s)
 {
-    const char *slash = strrchr(spath, '/');
-    const char *name = slash ? slash + 1 : spath;
-    if (!core->index || strcmp(name, ".metadata") != 0)
-        return;
     char dir[4096];
-    size_t dlen = slash ? (size_t)(slash - spath) : 0;
-    if (dlen >= sizeof dir)
-        return;
-    memcpy(dir, spath, dlen);
-    dir[dlen] = '\0';
-    ckindex_notice(core->index, dir, s);
+    if (core->index && strcmp(path_base(spath), ".metadata") == 0 &&
+        path_dir(spath, dir, sizeof dir) == 0)
+        ckindex_notice(core->index, dir, s);
 }
 
 struct core_file *core_file_new(void)
@@ -792,28 +765,15 @@ int core_stats_json(struct core *core, char *buf, size_t len)
         writes);
 }
 
-static const char *path_base_of(const char *path)
-{
-    const char *slash = strrchr(path, '/');
-    return slash ? slash + 1 : path;
-}
-
 /* The stage published a file: the store has it now, with this version. */
 static void on_publish(void *arg, const char *path, const struct store_stat *st)
 {
     struct core *core = arg;
     core_meta_put(core, path, 0, st);
-    if (core->index && strcmp(path_base_of(path), ".metadata") == 0) {
-        /* Loads right after a save use the index: build it now. */
-        char dir[4096];
-        const char *slash = strrchr(path, '/');
-        size_t n = slash ? (size_t)(slash - path) : 0;
-        if (n < sizeof dir) {
-            memcpy(dir, path, n);
-            dir[n] = '\0';
-            ckindex_notice(core->index, dir, st);
-        }
-    }
+    char dir[4096];
+    if (core->index && strcmp(path_base(path), ".metadata") == 0 &&
+        path_dir(path, dir, sizeof dir) == 0)
+        ckindex_notice(core->index, dir, st); /* loads right after a save use the index */
 }
 
 static int open_stage(struct core *core, char *err, size_t errlen)

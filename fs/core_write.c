@@ -8,6 +8,7 @@
 #include "core_internal.h"
 
 #include "log.h"
+#include "strutil.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -31,17 +32,13 @@ int core_writable(const struct core *core)
 /* The parent of spath exists as a directory: 0, -ENOENT or -ENOTDIR. */
 static int check_parent(struct core *core, const char *spath)
 {
-    const char *slash = strrchr(spath, '/');
-    if (!slash)
-        return 0; /* the root */
+    if (!strchr(spath, '/'))
+        return 0; /* in the root */
     char dir[4096];
-    size_t n = (size_t)(slash - spath);
-    if (n >= sizeof dir)
-        return -ENAMETOOLONG;
-    memcpy(dir, spath, n);
-    dir[n] = '\0';
     struct store_stat st;
-    int rc = core_lookup(core, dir, &st);
+    int rc = path_dir(spath, dir, sizeof dir);
+    if (rc == 0)
+        rc = core_lookup(core, dir, &st);
     return rc < 0 ? rc : st.is_dir ? 0 : -ENOTDIR;
 }
 
@@ -297,8 +294,7 @@ static int rename_stored(struct core *core, const char *sfrom, const struct stor
 {
     struct store *s = core->store;
     stage_unlink(core->stage, sto); /* a staged file there is replaced */
-    const char *slash = strrchr(sto, '/');
-    if (is_commit_name(slash ? slash + 1 : sto)) {
+    if (is_commit_name(path_base(sto))) {
         /* Becoming a .metadata: it must wait for the files it names, like
          * any staged one. Stage it (a copy of its bytes) under the new name. */
         struct wfile *wf;
@@ -367,13 +363,8 @@ int core_rename(struct core *core, const char *from, const char *to, unsigned fl
         core_meta_put(core, sfrom, -ENOENT, NULL);
         core_meta_forget(core, sto);
         char dir[4096];
-        const char *slash = strrchr(sto, '/');
-        size_t n = slash ? (size_t)(slash - sto) : 0;
-        if (n < sizeof dir) {
-            memcpy(dir, sto, n);
-            dir[n] = '\0';
+        if (path_dir(sto, dir, sizeof dir) == 0)
             core_listing_changed(core, dir); /* sto is on the store now, or staged */
-        }
     }
     return rc;
 }

@@ -59,22 +59,6 @@ int64_t wall_seconds(void)
     return (int64_t)time(NULL);
 }
 
-void path_dir(const char *path, char *buf, size_t len)
-{
-    const char *slash = strrchr(path, '/');
-    size_t n = slash ? (size_t)(slash - path) : 0;
-    if (n >= len)
-        n = len - 1;
-    memcpy(buf, path, n);
-    buf[n] = '\0';
-}
-
-const char *path_base(const char *path)
-{
-    const char *slash = strrchr(path, '/');
-    return slash ? slash + 1 : path;
-}
-
 int is_commit_name(const char *name)
 {
     size_t n = strlen(name);

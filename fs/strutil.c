@@ -3,8 +3,10 @@
  */
 #include "strutil.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 char *str_printf(const char *fmt, ...)
 {
@@ -23,4 +25,24 @@ uint64_t str_hash(const char *s, size_t len)
     for (size_t i = 0; i < len; i++)
         h = (h ^ (unsigned char)s[i]) * 1099511628211ULL;
     return h;
+}
+
+int path_dir(const char *path, char *buf, size_t len)
+{
+    const char *slash = strrchr(path, '/');
+    size_t n = slash ? (size_t)(slash - path) : 0;
+    if (n >= len) {
+        if (len)
+            buf[0] = '\0';
+        return -ENAMETOOLONG;
+    }
+    memcpy(buf, path, n);
+    buf[n] = '\0';
+    return 0;
+}
+
+const char *path_base(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    return slash ? slash + 1 : path;
 }

@@ -194,12 +194,6 @@ void release_all(struct stage *st, struct wfile **v, size_t n);
 /* The wfile named path, or NULL (lock held). */
 struct wfile *stage_find_locked(struct stage *st, const char *path);
 
-/* The directory part of path ("" for a top-level name), into buf. */
-void path_dir(const char *path, char *buf, size_t len);
-
-/* The last component of path. */
-const char *path_base(const char *path);
-
 /* 1 if name looks like a temporary that is renamed into place (*.tmp). */
 int is_hold_name(const char *name);
 
