@@ -255,29 +255,41 @@ static int emit_page(struct list_ctx *c, const struct s3_list_page *page)
     return 0;
 }
 
-/* All pages below c->prefix, emitted as they come. */
-static int list_all(struct s3_store *s, struct list_ctx *c)
+/* Every page of ListObjectsV2 for prefix (with or without a delimiter), each
+ * handed to on_page as it comes, until one is not truncated or on_page
+ * returns nonzero (> 0: stop, < 0: that error). */
+static int for_each_page(struct s3_store *s, const char *prefix, int delimiter,
+                         int (*on_page)(void *arg, const struct s3_list_page *page), void *arg)
 {
     char *token = NULL;
     int rc = 0;
     do {
-        struct s3_list_query lq = {
-            .prefix = c->prefix, .token = token, .delimiter = 1, .max_retries = s->max_retries};
+        struct s3_list_query lq = {.prefix = prefix,
+                                   .token = token,
+                                   .delimiter = delimiter,
+                                   .max_retries = s->max_retries};
         struct s3_list_page page;
         rc = s3_client_list_page(s->client, &lq, &page);
         free(token);
         token = NULL;
         if (rc < 0)
             break;
-        rc = emit_page(c, &page);
-        if (rc == 0 && page.is_truncated && !c->stopped) {
+        rc = on_page(arg, &page);
+        if (rc == 0 && page.is_truncated) {
             token = page.next_token;
             page.next_token = NULL;
         }
         s3_list_page_free(&page);
     } while (rc == 0 && token);
     free(token);
-    return rc;
+    return rc < 0 ? rc : 0;
+}
+
+static int emit_list_page(void *arg, const struct s3_list_page *page)
+{
+    struct list_ctx *c = arg;
+    int rc = emit_page(c, page);
+    return rc < 0 ? rc : c->stopped;
 }
 
 /* An empty listing: -ENOTDIR if path is an object, else -ENOENT. */
@@ -299,7 +311,7 @@ static int s3_list(struct store *base, const char *dir, store_list_fn fn, void *
     if (!prefix)
         return -ENOMEM;
     struct list_ctx c = {.fn = fn, .arg = arg, .prefix = prefix, .plen = strlen(prefix)};
-    int rc = list_all(s, &c);
+    int rc = for_each_page(s, prefix, 1, emit_list_page, &c);
     if (rc == 0 && !c.seen_any && *dir)
         rc = empty_dir_result(s, dir);
     for (size_t i = 0; i < c.nfiles; i++)
@@ -307,6 +319,28 @@ static int s3_list(struct store *base, const char *dir, store_list_fn fn, void *
     free(c.files);
     free(prefix);
     return rc;
+}
+
+struct below_ctx {
+    store_list_fn fn;
+    void *arg;
+    const char *prefix;
+    size_t plen;
+};
+
+static int emit_below_page(void *arg, const struct s3_list_page *page)
+{
+    struct below_ctx *c = arg;
+    for (size_t i = 0; i < page->nobjects; i++) {
+        const struct s3_object *o = &page->objects[i];
+        if (strncmp(o->key, c->prefix, c->plen) != 0 || !o->key[c->plen])
+            continue; /* not below, or dir's own marker */
+        struct store_stat st = {.size = o->size, .mtime = o->mtime};
+        memcpy(st.etag, o->etag, sizeof st.etag);
+        if (c->fn(c->arg, o->key + c->plen, &st) != 0)
+            return 1;
+    }
+    return 0;
 }
 
 /* Every key below dir, any depth, relative to dir: ListObjectsV2 without a
@@ -317,31 +351,8 @@ static int s3_list_below(struct store *base, const char *dir, store_list_fn fn, 
     char *prefix = s3_store_dir_prefix(s, dir);
     if (!prefix)
         return -ENOMEM;
-    size_t plen = strlen(prefix);
-    char *token = NULL;
-    int rc = 0, stopped = 0;
-    do {
-        struct s3_list_query lq = {.prefix = prefix, .token = token, .max_retries = s->max_retries};
-        struct s3_list_page page;
-        rc = s3_client_list_page(s->client, &lq, &page);
-        free(token);
-        token = NULL;
-        if (rc < 0)
-            break;
-        for (size_t i = 0; i < page.nobjects && !stopped; i++) {
-            const struct s3_object *o = &page.objects[i];
-            if (strncmp(o->key, prefix, plen) != 0 || !o->key[plen])
-                continue; /* not below, or dir's own marker */
-            struct store_stat st = {.size = o->size, .mtime = o->mtime};
-            memcpy(st.etag, o->etag, sizeof st.etag);
-            stopped = fn(arg, o->key + plen, &st) != 0;
-        }
-        if (page.is_truncated && !stopped) {
-            token = page.next_token;
-            page.next_token = NULL;
-        }
-        s3_list_page_free(&page);
-    } while (token);
+    struct below_ctx c = {.fn = fn, .arg = arg, .prefix = prefix, .plen = strlen(prefix)};
+    int rc = for_each_page(s, prefix, 0, emit_below_page, &c);
     free(prefix);
     return rc;
 }

@@ -63,6 +63,26 @@ def ckptfs_bin():
     return path
 
 
+def admin_bin():
+    """Path of the ckptfs-admin binary under test: $CKPTFS_ADMIN or build/tools/admin/."""
+    path = os.environ.get("CKPTFS_ADMIN") or os.path.join(REPO_ROOT, "build", "tools", "admin",
+                                                          "ckptfs-admin")
+    if not os.path.isabs(path):
+        path = os.path.join(REPO_ROOT, path)
+    return path
+
+
+def wait_index(m, key, want, timeout=20):
+    """Wait until the mount's stats index.KEY reaches want; its index stats."""
+    deadline = time.monotonic() + timeout * slow_factor()
+    while time.monotonic() < deadline:
+        ix = m.stats()["index"]
+        if ix[key] >= want:
+            return ix
+        time.sleep(0.05)
+    raise AssertionError(f"index.{key} did not reach {want}: {m.stats()['index']}")
+
+
 _asan_cache = {}
 
 

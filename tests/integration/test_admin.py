@@ -24,10 +24,12 @@ import textwrap
 
 import pytest
 
+import harness
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 os.environ.setdefault("CKPTFS_TOOLS_LIB", os.path.join(REPO, "tools", "lib"))  # for SAVE_SCRIPT
-ADMIN = os.environ.get("CKPTFS_ADMIN", os.path.join(REPO, "build", "tools", "admin", "ckptfs-admin"))
+ADMIN = harness.admin_bin()
 FIX = os.environ.get("CKPTFS_FIXTURES", os.path.join(os.path.dirname(REPO), "shared", "fixtures"))
 
 EX_OK, EX_CHECK, EX_USAGE, EX_PARSE, EX_IO, EX_DB, EX_NOTFOUND = 0, 1, 2, 3, 4, 5, 6

@@ -21,11 +21,6 @@ WORKLOAD = os.path.join(REPO, "tools", "lib", "dcp_workload.py")
 MiB = 1 << 20
 
 
-def admin_bin():
-    return os.environ.get("CKPTFS_ADMIN") or os.path.join(REPO, "build", "tools", "admin",
-                                                           "ckptfs-admin")
-
-
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
     """A per-rank DCP checkpoint saved by torch 1.13 on local disk."""
@@ -41,19 +36,9 @@ def put_checkpoint(store, src, prefix="run/step_1"):
 
 
 def where(src, fqn):
-    out = subprocess.run([admin_bin(), "where", src, fqn, "--json"], check=True,
+    out = subprocess.run([harness.admin_bin(), "where", src, fqn, "--json"], check=True,
                          capture_output=True, text=True)
     return json.loads(out.stdout)["chunks"]
-
-
-def wait_index(m, key, want, timeout=20):
-    deadline = time.monotonic() + timeout * harness.slow_factor()
-    while time.monotonic() < deadline:
-        ix = m.stats()["index"]
-        if ix[key] >= want:
-            return ix
-        time.sleep(0.05)
-    raise AssertionError(f"index.{key} did not reach {want}: {m.stats()['index']}")
 
 
 def open_metadata(m, prefix):
@@ -68,19 +53,19 @@ def test_index_built_on_open_and_reused_on_remount(store, mounter, checkpoint, t
     assert m.stats()["index"]["enabled"] is True
     with open(os.path.join(checkpoint, ".metadata"), "rb") as f:
         assert open_metadata(m, prefix) == f.read()
-    ix = wait_index(m, "ready", 1)
+    ix = harness.wait_index(m, "ready", 1)
     assert ix["built"] == 1 and ix["reused"] == 0 and ix["failed"] == 0
     m.close()
 
     # The index is on local disk under the cache dir, where ckptfs-admin finds it.
-    out = subprocess.run([admin_bin(), "index", "ls", "--cache-dir", cache, "--json"],
+    out = subprocess.run([harness.admin_bin(), "index", "ls", "--cache-dir", cache, "--json"],
                          check=True, capture_output=True, text=True)
     keys = [c["key"] for c in json.loads(out.stdout)["checkpoints"]]
     assert any(k.endswith("/run/step_1") for k in keys), keys
 
     m2 = mounter(store, "--cache-dir", cache, cache_dir=False)
     open_metadata(m2, prefix)
-    ix = wait_index(m2, "ready", 1)
+    ix = harness.wait_index(m2, "ready", 1)
     assert ix["reused"] == 1 and ix["built"] == 0, ix
 
 
@@ -88,7 +73,7 @@ def test_listing_a_checkpoint_directory_indexes_it(store, mounter, checkpoint):
     prefix = put_checkpoint(store, checkpoint)
     m = mounter(store)
     assert ".metadata" in os.listdir(m.p(prefix))
-    ix = wait_index(m, "ready", 1)
+    ix = harness.wait_index(m, "ready", 1)
     assert ix["built"] == 1
 
 
@@ -97,14 +82,14 @@ def test_changed_metadata_rebuilds(store, mounter, checkpoint, tmp_path):
     cache = str(tmp_path / "cache")
     m = mounter(store, "--cache-dir", cache, "--attr-timeout", "0.2", cache_dir=False)
     open_metadata(m, prefix)
-    wait_index(m, "built", 1)
+    harness.wait_index(m, "built", 1)
     # Replace .metadata with another valid one (different items): a new version.
     other = os.path.join(harness.REPO_ROOT, "..", "shared", "fixtures", "dcp-torch1.13",
                          "per_rank", ".metadata")
     store.put(f"{prefix}/.metadata", open(other, "rb").read())
     time.sleep(0.5)
     open_metadata(m, prefix)
-    ix = wait_index(m, "built", 2)
+    ix = harness.wait_index(m, "built", 2)
     assert ix["failed"] == 0
 
 
@@ -120,7 +105,7 @@ def test_unparsable_metadata_reads_still_work(store, mounter, tmp_path):
         time.sleep(0.3)
     with open(m.p("bad/__0_0.distcp"), "rb") as f:
         assert f.read() == shard
-    ix = wait_index(m, "failed", 1)
+    ix = harness.wait_index(m, "failed", 1)
     assert ix["ready"] == 0 and ix["failed"] == 1, ix
     m.close()
     lines = [ln for ln in m.log().splitlines() if "cannot index" in ln]
@@ -137,7 +122,7 @@ def test_read_inside_an_item_fetches_that_item(store, mounter, checkpoint):
     size = os.path.getsize(os.path.join(checkpoint, chunk["file"]))
     m = mounter(store)
     open_metadata(m, prefix)
-    wait_index(m, "ready", 1)
+    harness.wait_index(m, "ready", 1)
     before = m.stats()["get_bytes"]
     with open(m.p(path), "rb", buffering=0) as f:
         got = os.pread(f.fileno(), 4096, chunk["offset"] + 100)
@@ -160,7 +145,7 @@ def test_sequential_items_are_fetched_ahead_and_exact(store, mounter, checkpoint
     prefix = put_checkpoint(store, checkpoint)
     m = mounter(store)
     open_metadata(m, prefix)
-    wait_index(m, "ready", 1)
+    harness.wait_index(m, "ready", 1)
     for name in ("__0_0.distcp", "__1_0.distcp"):
         want = harness.sha256(open(os.path.join(checkpoint, name), "rb").read())
         got, n = harness.sha256_file(m.p(f"{prefix}/{name}"), chunk=256 * 1024)
@@ -196,7 +181,7 @@ def test_killed_daemon_fails_fast_and_remount_recovers(store, mounter, checkpoin
     cache = str(tmp_path / "cache")
     m = mounter(store, "--cache-dir", cache, cache_dir=False)
     open_metadata(m, prefix)
-    wait_index(m, "ready", 1)
+    harness.wait_index(m, "ready", 1)
     os.kill(m.proc.pid, signal.SIGKILL)
     m.proc.wait(10)
 
@@ -212,7 +197,7 @@ def test_killed_daemon_fails_fast_and_remount_recovers(store, mounter, checkpoin
 
     m2 = mounter(store, "--cache-dir", cache, cache_dir=False)
     open_metadata(m2, prefix)
-    ix = wait_index(m2, "ready", 1)
+    ix = harness.wait_index(m2, "ready", 1)
     assert ix["failed"] == 0 and ix["reused"] + ix["built"] == 1
     name = "__1_0.distcp"
     got, _ = harness.sha256_file(m2.p(f"{prefix}/{name}"))
@@ -225,7 +210,7 @@ def test_lookups_in_a_checkpoint_dir_use_one_listing(store, mounter, checkpoint)
     prefix = put_checkpoint(store, checkpoint)
     m = mounter(store, "--attr-timeout", "30")
     open_metadata(m, prefix)
-    wait_index(m, "ready", 1)
+    harness.wait_index(m, "ready", 1)
     before = m.stats()
     names = [f for f in sorted(os.listdir(checkpoint)) if f != ".metadata"]
     for name in names:

@@ -29,11 +29,6 @@ MiB = 1 << 20
 WORLD, MB, LAYERS = 4, 32, 4  # 4 layers x 4 matrices of 2 MB: 512 KB per rank and item
 
 
-def admin_bin():
-    return os.environ.get("CKPTFS_ADMIN") or os.path.join(REPO, "build", "tools", "admin",
-                                                           "ckptfs-admin")
-
-
 def save(tmp_path_factory, name, *extra):
     d = str(tmp_path_factory.mktemp(name) / "step_1")
     subprocess.run(["/usr/bin/python3", WORKLOAD, "save", d, "--world", str(WORLD), "--mb",
@@ -63,7 +58,7 @@ def per_item(tmp_path_factory):
 
 
 def storage(src):
-    out = subprocess.run([admin_bin(), "dump", src], check=True, capture_output=True,
+    out = subprocess.run([harness.admin_bin(), "dump", src], check=True, capture_output=True,
                          text=True)
     return json.loads(out.stdout)["storage"]
 

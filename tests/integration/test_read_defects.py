@@ -23,21 +23,6 @@ REPO = harness.REPO_ROOT
 FIXTURE = os.path.join(REPO, "..", "shared", "fixtures", "dcp-torch1.13", "per_rank")
 
 
-def admin_bin():
-    return os.environ.get("CKPTFS_ADMIN") or os.path.join(REPO, "build", "tools", "admin",
-                                                           "ckptfs-admin")
-
-
-def wait_index(m, key, want, timeout=20):
-    deadline = time.monotonic() + timeout * harness.slow_factor()
-    while time.monotonic() < deadline:
-        ix = m.stats()["index"]
-        if ix[key] >= want:
-            return ix
-        time.sleep(0.05)
-    raise AssertionError(f"index.{key} did not reach {want}: {m.stats()['index']}")
-
-
 def test_mount_reuses_an_index_built_by_the_admin_tool(store, mounter, tmp_path):
     # (at the top: s3rver's delimited listings omit a prefix holding only prefixes,
     # so the admin tool's walk would not find run/step_1 there)
@@ -45,13 +30,13 @@ def test_mount_reuses_an_index_built_by_the_admin_tool(store, mounter, tmp_path)
         store.put(f"step_1/{name}", os.path.join(FIXTURE, name))
     cache = str(tmp_path / "cache")
     extra = store.mount_args() if store.kind == "dir" else store.mount_args(None)
-    subprocess.run([admin_bin(), "index", "rebuild", store.url, *extra, "--cache-dir", cache,
+    subprocess.run([harness.admin_bin(), "index", "rebuild", store.url, *extra, "--cache-dir", cache,
                     "-q"], check=True, capture_output=True, timeout=60,
                    env={**os.environ, **store.mount_env()})
     m = mounter(store, "--cache-dir", cache, cache_dir=False)
     with open(m.p("step_1/.metadata"), "rb") as f:
         f.read()
-    ix = wait_index(m, "ready", 1)
+    ix = harness.wait_index(m, "ready", 1)
     assert ix["reused"] == 1 and ix["built"] == 0, ix
 
 MiB = 1 << 20

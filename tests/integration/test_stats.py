@@ -25,7 +25,7 @@ from harness import MiB
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
-ADMIN = os.environ.get("CKPTFS_ADMIN", os.path.join(REPO, "build", "tools", "admin", "ckptfs-admin"))
+ADMIN = harness.admin_bin()
 
 if not os.path.exists(ADMIN):
     pytest.skip("ckptfs-admin not built at %s (set CKPTFS_ADMIN)" % ADMIN, allow_module_level=True)

@@ -625,6 +625,16 @@ static int mem_remove(struct store *s, const char *path)
     return leave(m, rc, lost);
 }
 
+/* The key of path's directory marker, "path/" (the caller frees). */
+static char *marker_of(const char *path)
+{
+    size_t n = strlen(path);
+    char *marker = xrealloc(NULL, n + 2);
+    memcpy(marker, path, n);
+    memcpy(marker + n, "/", 2);
+    return marker;
+}
+
 /* mkdir: an empty "dir/" marker object, as the S3 store makes. */
 static int mem_mkdir(struct store *s, const char *path)
 {
@@ -635,10 +645,7 @@ static int mem_mkdir(struct store *s, const char *path)
     if (rc == 0 && !key_ok(path))
         rc = -EINVAL;
     if (rc == 0) {
-        size_t n = strlen(path);
-        char *marker = xrealloc(NULL, n + 2);
-        memcpy(marker, path, n);
-        memcpy(marker + n, "/", 2);
+        char *marker = marker_of(path);
         pthread_mutex_lock(&m->lock);
         if (find_obj(m, path) || has_prefix(m, path))
             rc = -EEXIST;
@@ -662,9 +669,7 @@ static int mem_rmdir(struct store *s, const char *path)
         rc = -EINVAL;
     if (rc == 0) {
         size_t n = strlen(path);
-        char *marker = xrealloc(NULL, n + 2);
-        memcpy(marker, path, n);
-        memcpy(marker + n, "/", 2);
+        char *marker = marker_of(path);
         pthread_mutex_lock(&m->lock);
         struct mem_obj *mk = find_obj(m, marker);
         int others = 0;

@@ -131,6 +131,14 @@ static double now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+/* Wait (at most 10 s) until the store has seen n calls of op. */
+static void wait_calls(enum mem_op op, uint64_t n)
+{
+    double t0 = now();
+    while (mem_store_calls(mem, op) < n && now() - t0 < 10)
+        usleep(1000);
+}
+
 Test(stage, small_file_is_one_put)
 {
     unsigned char *d = pattern(1000, 1);
@@ -156,9 +164,7 @@ Test(stage, large_file_streams_parts_before_close)
     for (size_t off = 0; off < 5 * PART; off += PART)
         cr_assert_eq(stage_write(st, wf, d + off, PART, off), (ssize_t)PART);
     /* still open: whole written parts go up while the writer writes on */
-    double t0 = now();
-    while (mem_store_calls(mem, MEM_OP_MPU_PART) < 4 && now() - t0 < 10)
-        usleep(1000);
+    wait_calls(MEM_OP_MPU_PART, 4);
     cr_assert_geq(mem_store_calls(mem, MEM_OP_MPU_PART), 4, "parts must stream before close");
     cr_assert_eq(mem_store_calls(mem, MEM_OP_MPU_COMPLETE), 0);
     cr_assert_not(stored("big"), "nothing visible before complete");
@@ -181,9 +187,7 @@ Test(stage, a_part_written_again_is_sent_again)
     cr_assert_eq(stage_create(st, "rw", &wf), 0);
     stage_writer_open(st, wf);
     cr_assert_eq(stage_write(st, wf, d, n, 0), (ssize_t)n);
-    double t0 = now();
-    while (mem_store_calls(mem, MEM_OP_MPU_PART) < 3 && now() - t0 < 10)
-        usleep(1000);
+    wait_calls(MEM_OP_MPU_PART, 3);
     cr_assert_eq(mem_store_calls(mem, MEM_OP_MPU_PART), 3);
     memset(d + 10, 'Z', 100); /* part 1 changes after it was sent */
     cr_assert_eq(stage_write(st, wf, d + 10, 100, 10), 100);
@@ -267,14 +271,12 @@ Test(stage, unlink_during_upload_aborts_it)
     cr_assert_eq(stage_create(st, "doomed", &wf), 0);
     stage_writer_open(st, wf);
     cr_assert_eq(stage_write(st, wf, d, n, 0), (ssize_t)n);
-    double t0 = now();
-    while (mem_store_calls(mem, MEM_OP_MPU_PART) < 1 && now() - t0 < 10)
-        usleep(1000);
+    wait_calls(MEM_OP_MPU_PART, 1);
     cr_assert_eq(stage_unlink(st, "doomed"), 0);
     stage_writer_close(st, wf);
     stage_put(st, wf);
     cr_assert_eq(stage_sync(st, ""), 0);
-    t0 = now();
+    double t0 = now();
     while (mem_store_uploads_in_progress(mem) && now() - t0 < 10)
         usleep(1000);
     cr_assert_eq(mem_store_uploads_in_progress(mem), 0, "the upload was aborted");
@@ -558,9 +560,7 @@ Test(stage, remount_resumes_a_multipart_upload)
     size_t n = 5 * PART + 3;
     unsigned char *d = pattern(n, 16);
     write_whole("resume", d, n, PART);
-    double t0 = now();
-    while (mem_store_calls(mem, MEM_OP_MPU_COMPLETE) < 1 && now() - t0 < 10)
-        usleep(1000);
+    wait_calls(MEM_OP_MPU_COMPLETE, 1);
     uint64_t parts_before = mem_store_calls(mem, MEM_OP_MPU_PART);
     cr_assert_eq(parts_before, 6);
     stage_close(st);
