@@ -60,8 +60,9 @@ struct cache_obj {
     char *path;
     char etag[STORE_ETAG_MAX];
     uint64_t size;
-    unsigned refs;  /* open handles + blocks + fetch jobs */
+    unsigned refs;  /* open handles + blocks + fetch jobs + background references */
     unsigned opens; /* open handles alone */
+    int opened;     /* some handle has opened this version (not only prefetched) */
 };
 
 struct cache {
@@ -164,38 +165,62 @@ static void obj_unref_locked(struct cache *c, struct cache_obj *o)
     free(o);
 }
 
+/* The object for (path, etag, size), found or made, with one more
+ * reference (and open, if open). *was_cached: an open of it came before. */
+static struct cache_obj *obj_get(struct cache *c, const char *path, const char *etag, uint64_t size,
+                                 int open, int *was_cached)
+{
+    size_t bucket = hash_str(path) & (c->nobj_buckets - 1);
+    *was_cached = 0;
+    pthread_mutex_lock(&c->lock);
+    struct cache_obj *o = c->objs[bucket];
+    while (o && (strcmp(o->path, path) != 0 || strcmp(o->etag, etag) != 0 || o->size != size))
+        o = o->hnext;
+    if (!o) {
+        o = calloc(1, sizeof *o);
+        if (!o || !(o->path = strdup(path))) {
+            free(o);
+            pthread_mutex_unlock(&c->lock);
+            return NULL;
+        }
+        o->id = ++c->next_obj_id;
+        snprintf(o->etag, sizeof o->etag, "%s", etag);
+        o->size = size;
+        o->hnext = c->objs[bucket];
+        c->objs[bucket] = o;
+    }
+    o->refs++;
+    *was_cached = o->opened;
+    if (open) {
+        o->opened = 1;
+        o->opens++;
+    }
+    pthread_mutex_unlock(&c->lock);
+    return o;
+}
+
 struct cache_obj *cache_obj_get(struct cache *c, const char *path, const char *etag, uint64_t size,
                                 int *was_cached)
 {
-    size_t bucket = hash_str(path) & (c->nobj_buckets - 1);
-    pthread_mutex_lock(&c->lock);
-    for (struct cache_obj *o = c->objs[bucket]; o; o = o->hnext) {
-        if (strcmp(o->path, path) == 0 && strcmp(o->etag, etag) == 0 && o->size == size) {
-            o->refs++;
-            o->opens++;
-            pthread_mutex_unlock(&c->lock);
-            if (was_cached)
-                *was_cached = 1;
-            return o;
-        }
-    }
-    struct cache_obj *o = calloc(1, sizeof *o);
-    if (!o || !(o->path = strdup(path))) {
-        free(o);
-        pthread_mutex_unlock(&c->lock);
-        return NULL;
-    }
-    o->id = ++c->next_obj_id;
-    snprintf(o->etag, sizeof o->etag, "%s", etag);
-    o->size = size;
-    o->refs = 1;
-    o->opens = 1;
-    o->hnext = c->objs[bucket];
-    c->objs[bucket] = o;
-    pthread_mutex_unlock(&c->lock);
+    int known;
+    struct cache_obj *o = obj_get(c, path, etag, size, 1, &known);
     if (was_cached)
-        *was_cached = 0;
+        *was_cached = known;
     return o;
+}
+
+struct cache_obj *cache_obj_ref(struct cache *c, const char *path, const char *etag, uint64_t size,
+                                int *opened)
+{
+    return obj_get(c, path, etag, size, 0, opened);
+}
+
+void cache_obj_unref(struct cache *c, struct cache_obj *o)
+{
+    pthread_mutex_lock(&c->lock);
+    assert(o->refs > o->opens);
+    obj_unref_locked(c, o);
+    pthread_mutex_unlock(&c->lock);
 }
 
 void cache_obj_put(struct cache *c, struct cache_obj *o)
@@ -203,6 +228,7 @@ void cache_obj_put(struct cache *c, struct cache_obj *o)
     if (!o)
         return;
     pthread_mutex_lock(&c->lock);
+    assert(o->opens > 0 && o->refs >= o->opens);
     o->opens--;
     obj_unref_locked(c, o);
     pthread_mutex_unlock(&c->lock);
@@ -466,6 +492,7 @@ ssize_t cache_read(struct cache *c, struct cache_obj *o, uint64_t off, size_t le
         pthread_mutex_unlock(&c->lock);
         copy_from_block(c, b, off, len, dst);
         pthread_mutex_lock(&c->lock);
+        assert(b->pins > 0);
         b->pins--;
         idx++;
     }

@@ -69,6 +69,15 @@ void cache_destroy(struct cache *c);
 struct cache_obj *cache_obj_get(struct cache *c, const char *path, const char *etag, uint64_t size,
                                 int *was_cached);
 void cache_obj_put(struct cache *c, struct cache_obj *o);
+
+/* A reference to the object for (path, etag, size) for background fetches
+ * only: it is not an open, and a later cache_obj_get() of a version known
+ * only this way reports *was_cached = 0 (the kernel never cached it through
+ * us). *opened is set to 1 if some handle has opened this version before.
+ * Drop it with cache_obj_unref(). NULL only when out of memory. */
+struct cache_obj *cache_obj_ref(struct cache *c, const char *path, const char *etag, uint64_t size,
+                                int *opened);
+void cache_obj_unref(struct cache *c, struct cache_obj *o);
 uint64_t cache_obj_size(const struct cache_obj *o);
 const char *cache_obj_path(const struct cache_obj *o);
 /* The version (etag) o was opened at. */

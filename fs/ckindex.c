@@ -284,6 +284,57 @@ int ckindex_items(struct ckindex *ci, const char *path, uint64_t off, uint64_t b
     return n;
 }
 
+/* The index id of the ready checkpoint holding the file at path, or 0. */
+static uint64_t ready_id(struct ckindex *ci, const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    size_t dlen = slash ? (size_t)(slash - path) : 0;
+    pthread_mutex_lock(&ci->lock);
+    struct ckdir *d = dir_find_locked(ci, path, dlen);
+    uint64_t id = d && d->state == DIR_READY ? d->id : 0;
+    pthread_mutex_unlock(&ci->lock);
+    return id;
+}
+
+int ckindex_siblings(struct ckindex *ci, const char *path, uint64_t off, struct ckindex_chunk *out,
+                     int max)
+{
+    const char *slash = strrchr(path, '/');
+    const char *name = slash ? slash + 1 : path;
+    uint64_t id = ready_id(ci, path);
+    if (!id || max < 1)
+        return 0;
+    struct idxdb_txn *t;
+    struct ckpt_err e = {0};
+    if (idxdb_begin(ci->db, &t, &e) != 0)
+        return 0;
+    int n = 0;
+    uint32_t file;
+    struct idxdb_span sp;
+    struct idxdb_item it;
+    struct idxdb_tensor tn;
+    if (idxdb_file_find(t, id, name, &file) == 0 && idxdb_item_at(t, id, file, off, &sp) == 0 &&
+        idxdb_item_get(t, id, sp.item, &it) == 0 && it.kind == CKPT_ITEM_TENSOR &&
+        idxdb_tensor_get(t, id, it.tensor, &tn) == 0) {
+        for (uint32_t c = 0; c < tn.nchunks && n < max; c++) {
+            struct idxdb_item ch;
+            struct idxdb_file f;
+            uint32_t item = idxdb_u32(tn.chunk_items, c);
+            if (item == sp.item || idxdb_item_get(t, id, item, &ch) != 0 || ch.file == file ||
+                idxdb_file_get(t, id, ch.file, &f) != 0 || f.name_len >= sizeof out[n].name)
+                continue;
+            memcpy(out[n].name, f.name, f.name_len);
+            out[n].name[f.name_len] = '\0';
+            out[n].rank = f.rank;
+            out[n].offset = ch.offset;
+            out[n].length = ch.length;
+            n++;
+        }
+    }
+    idxdb_end(t);
+    return n;
+}
+
 int ckindex_building(struct ckindex *ci, const char *path)
 {
     const char *slash = strrchr(path, '/');

@@ -59,6 +59,23 @@ void ckindex_notice(struct ckindex *ci, const char *dir, const struct store_stat
 int ckindex_items(struct ckindex *ci, const char *path, uint64_t off, uint64_t budget,
                   struct ckindex_span *out, int max);
 
+/* One chunk of a tensor, in its file (name relative to the checkpoint
+ * directory, NUL-terminated) with the rank that wrote it (-1: unknown). */
+struct ckindex_chunk {
+    char name[256];
+    int rank;
+    uint64_t offset, length;
+};
+
+/* The other chunks of the tensor whose item holds byte off of the file at
+ * store path (a sharded tensor's chunks live in the files of the ranks that
+ * saved them; ranks that load it load every chunk they overlap). Writes at
+ * most max to out and returns how many: 0 when the file is not part of a
+ * ready index, no item holds off, or the item is not a tensor chunk. Chunks
+ * in the same file and files with names longer than out->name are left out. */
+int ckindex_siblings(struct ckindex *ci, const char *path, uint64_t off, struct ckindex_chunk *out,
+                     int max);
+
 /* 1 if the file at store path is in a checkpoint directory whose index is
  * being built (ckindex_items() will answer once it is ready). */
 int ckindex_building(struct ckindex *ci, const char *path);

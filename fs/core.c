@@ -534,8 +534,10 @@ int core_open(struct core *core, const char *path, int flags, struct core_file *
  * parallel requests. Returns 1 if the read was planned here (the readahead
  * stays out), 0 to leave it to the readahead (no index, no item at off, or
  * an item larger than the readahead window). While the file's index is being built, reads fetch
- * only what they ask for. Called with f->ra_lock held. */
-static int prefetch_items(struct core *core, struct core_file *f, uint64_t off, size_t len)
+ * only what they ask for. *entered is set to the item's offset when the read
+ * confirmed that it is in a new item. Called with f->ra_lock held. */
+static int prefetch_items(struct core *core, struct core_file *f, uint64_t off, size_t len,
+                          uint64_t *entered)
 {
     if (!core->index)
         return 0;
@@ -555,10 +557,87 @@ static int prefetch_items(struct core *core, struct core_file *f, uint64_t off, 
     for (int i = 1; i < n; i++)
         next[i - 1] = (struct prefetch_span){sp[i].offset, sp[i].length};
     int k = prefetch_enter(&f->pf, cur, next, n - 1, out);
+    if (prefetch_planned(&f->pf) && !f->pf.tentative)
+        *entered = cur.offset; /* a read is in this item for sure: its siblings are wanted */
     for (int i = 0; i < k; i++)
         cache_prefetch_split(core->cache, f->obj, out[i].offset, out[i].length, ITEM_REQUEST);
     atomic_fetch_add(&core->item_prefetches, (uint64_t)k);
     return prefetch_planned(&f->pf);
+}
+
+/* The version of spath to prefetch: the one open handles read, with *front
+ * set to how far their reads have gone, else a fresh answer of the metadata
+ * cache (*front = 0). Never asks the store (a reader's thread runs this).
+ * 1 if open, 0 if only cached, -ENOENT if unknown. */
+static int version_to_prefetch(struct core *core, const char *spath, struct store_stat *st,
+                               uint64_t *front)
+{
+    int open = 0;
+    *front = 0;
+    pthread_mutex_lock(&core->files_lock);
+    for (struct core_file *g = core->files; g; g = g->next) {
+        if (!g->obj || strcmp(cache_obj_path(g->obj), spath) != 0)
+            continue;
+        uint64_t at = atomic_load(&g->read_front);
+        if (!open) {
+            memset(st, 0, sizeof *st);
+            snprintf(st->etag, sizeof st->etag, "%s", cache_obj_etag(g->obj));
+            st->size = cache_obj_size(g->obj);
+        }
+        open = 1;
+        if (at > *front)
+            *front = at;
+    }
+    pthread_mutex_unlock(&core->files_lock);
+    if (open)
+        return 1;
+    int err;
+    if (meta_find(core, spath, &err, st) != META_FRESH || err != 0 || st->is_dir)
+        return -ENOENT;
+    return 0;
+}
+
+/* Cohort prefetch (cohort.h): a read entered the item at offset item of f's
+ * file. If it is a chunk of a sharded tensor, the tensor's other chunks that
+ * this mount's loaders are going to read are fetched whole now, so the rank
+ * that gets there first fetches for the rest instead of each rank waiting
+ * for its own chunk. Going to read: the chunk's saved rank is being loaded
+ * here, and its file is open with every reader still before the chunk, or
+ * was never opened (a per-item layout opens the file when it gets there).
+ * A chunk a reader has passed is not fetched again, even if evicted. */
+static void prefetch_siblings(struct core *core, struct core_file *f, uint64_t item)
+{
+    struct ckindex_chunk ch[16];
+    const char *path = cache_obj_path(f->obj);
+    int n = ckindex_siblings(core->index, path, item, ch, 16);
+    if (n == 0)
+        return; /* not a chunk of a sharded tensor */
+    const char *base = strrchr(path, '/');
+    size_t dlen = base ? (size_t)(base - path) : 0;
+    double now = now_seconds();
+    cohort_touch(core->cohort, path, dlen, cohort_rank_of(base ? base + 1 : path), now);
+    for (int i = 0; i < n; i++) {
+        char spath[4096];
+        struct store_stat st;
+        uint64_t front;
+        if (ch[i].length > core->cfg.readahead_max ||
+            !cohort_active(core->cohort, path, dlen, ch[i].rank, now))
+            continue;
+        if (snprintf(spath, sizeof spath, "%.*s%s%s", (int)dlen, path, dlen ? "/" : "",
+                     ch[i].name) >= (int)sizeof spath)
+            continue;
+        int open = version_to_prefetch(core, spath, &st, &front);
+        if (open < 0 || ch[i].offset + ch[i].length > st.size || (open && front > ch[i].offset))
+            continue;
+        int opened;
+        struct cache_obj *o = cache_obj_ref(core->cache, spath, st.etag, st.size, &opened);
+        if (!o)
+            continue;
+        if ((open || !opened) &&
+            cache_prefetch_split(core->cache, o, ch[i].offset, ch[i].length, ITEM_REQUEST) > 0)
+            atomic_fetch_add(&core->sibling_prefetches, 1);
+        cache_obj_unref(core->cache, o);
+    }
 }
 
 /* Free-behind for a sequential stream: the blocks it has passed by more than
@@ -614,17 +693,24 @@ ssize_t core_read(struct core *core, struct core_file *f, void *buf, size_t len,
         return 0;
     if (len > size - off)
         len = (size_t)(size - off);
+    uint64_t entered = UINT64_MAX;
     pthread_mutex_lock(&f->ra_lock);
-    if (!prefetch_items(core, f, off, len)) {
+    if (!prefetch_items(core, f, off, len, &entered)) {
         uint64_t ahead_off, ahead_len;
         readahead_advise(&f->ra, off, len, size, &ahead_off, &ahead_len);
         if (ahead_len)
             cache_prefetch(core->cache, f->obj, ahead_off, ahead_len);
     }
     pthread_mutex_unlock(&f->ra_lock);
+    if (entered != UINT64_MAX)
+        prefetch_siblings(core, f, entered);
     ssize_t n = cache_read(core->cache, f->obj, off, len, buf);
-    if (n > 0)
+    if (n > 0) {
         atomic_fetch_add(&core->read_bytes, (uint64_t)n);
+        uint64_t end = off + (uint64_t)n, at = atomic_load(&f->read_front);
+        while (end > at && !atomic_compare_exchange_weak(&f->read_front, &at, end))
+            ;
+    }
     release_behind(core, f, off);
     return n;
 }
@@ -743,7 +829,8 @@ int core_stats_json(struct core *core, char *buf, size_t len)
         "\"bytes_cached\": %llu, \"capacity\": %llu, \"block_size\": %u, \"buffers_mapped\": "
         "%llu, \"buffers_reused\": %llu}, "
         "\"index\": {\"enabled\": %s, \"ready\": %llu, \"built\": %llu, \"reused\": %llu, "
-        "\"failed\": %llu, \"lookups\": %llu, \"item_prefetches\": %llu}, %s}\n",
+        "\"failed\": %llu, \"lookups\": %llu, \"item_prefetches\": %llu, "
+        "\"sibling_prefetches\": %llu}, %s}\n",
         core->store->ops->scheme, now_seconds() - core->started, open_files,
         (unsigned long long)atomic_load(&core->opens),
         (unsigned long long)atomic_load(&core->read_bytes),
@@ -762,7 +849,7 @@ int core_stats_json(struct core *core, char *buf, size_t len)
         core->index ? "true" : "false", (unsigned long long)is.ready, (unsigned long long)is.built,
         (unsigned long long)is.reused, (unsigned long long)is.failed,
         (unsigned long long)is.lookups, (unsigned long long)atomic_load(&core->item_prefetches),
-        writes);
+        (unsigned long long)atomic_load(&core->sibling_prefetches), writes);
 }
 
 /* The stage published a file: the store has it now, with this version. */
@@ -832,7 +919,10 @@ int core_create(struct store *store, const struct core_config *cfg, struct core 
     pthread_mutex_init(&core->meta_lock, NULL);
     pthread_mutex_init(&core->files_lock, NULL);
     core->meta = calloc(META_BUCKETS, sizeof *core->meta);
-    int rc = core->meta ? workq_create(cfg->workers, &core->wq) : -ENOMEM;
+    /* Ranks stay "being read" this long after their last file closed: the
+     * gap between two files of a per-item load. */
+    core->cohort = cohort_create(2.0);
+    int rc = core->meta && core->cohort ? workq_create(cfg->workers, &core->wq) : -ENOMEM;
     if (rc == 0) {
         struct cache_config cc = {.capacity = cfg->cache_size,
                                   .block_size = cfg->block_size,
@@ -859,6 +949,7 @@ int core_create(struct store *store, const struct core_config *cfg, struct core 
         ckindex_close(core->index);
         pthread_mutex_destroy(&core->files_lock);
         pthread_mutex_destroy(&core->meta_lock);
+        cohort_destroy(core->cohort);
         free(core->meta);
         free(core);
         return rc;
@@ -888,6 +979,7 @@ void core_destroy(struct core *core)
     meta_purge_locked(core, 1);
     pthread_mutex_unlock(&core->meta_lock);
     pthread_mutex_destroy(&core->meta_lock);
+    cohort_destroy(core->cohort);
     free(core->meta);
     free(core);
 }

@@ -17,6 +17,7 @@
 
 #include "cache.h"
 #include "ckindex.h"
+#include "cohort.h"
 #include "core.h"
 #include "prefetch.h"
 #include "readahead.h"
@@ -43,6 +44,7 @@ struct core {
     struct ckindex *index;   /* NULL when no cache dir or the index cannot open */
     struct stage *stage;     /* NULL when the mount is read-only */
     struct xferlog *xferlog; /* NULL when cfg.stats_interval is 0 */
+    struct cohort *cohort;   /* saved ranks whose shards are being loaded (cohort.h) */
     uid_t uid;
     gid_t gid;
     double started;
@@ -52,8 +54,9 @@ struct core {
     struct meta_entry **meta; /* META_BUCKETS chains; protected by meta_lock */
     size_t meta_count;
 
-    atomic_uint_fast64_t read_bytes;      /* bytes returned to readers */
-    atomic_uint_fast64_t item_prefetches; /* items prefetched whole, guided by the index */
+    atomic_uint_fast64_t read_bytes;         /* bytes returned to readers */
+    atomic_uint_fast64_t item_prefetches;    /* items prefetched whole, guided by the index */
+    atomic_uint_fast64_t sibling_prefetches; /* other ranks' chunks of an entered tensor */
     atomic_uint_fast64_t opens;
 
     /* Every open handle, so that an unmount can release the ones whose
@@ -69,7 +72,8 @@ struct core_file {
     struct wfile *wf;      /* a staged file (reads and writes go to staging), or NULL */
     int writable;          /* opened for writing: counts as a writer of wf */
     int fd;                /* >= 0: the store gave a file descriptor; reads bypass the cache */
-    struct stat fd_st;     /* fd's attributes at open: changed since, the version is gone */
+    atomic_uint_fast64_t read_front; /* the end of the furthest read so far */
+    struct stat fd_st; /* fd's attributes at open: changed since, the version is gone */
     pthread_mutex_t ra_lock;
     struct readahead ra;  /* protected by ra_lock */
     struct prefetch pf;   /* index-guided item prefetch (prefetch.h), protected by ra_lock */

@@ -13,7 +13,11 @@ dump). Checks:
   both layouts (one file per rank, one file per item);
 - ranks on one mount fetch each byte once (<= 1.02x the unique bytes needed): a full
   load by 4 ranks (all of them read the plain tensor from rank 0's file), and one
-  resharded to 3 (ranks then read items of the same file).
+  resharded to 3 (ranks then read items of the same file);
+- the first rank to enter a tensor's chunk fetches the other ranks' chunks of it
+  (docs/design.md, "Cohort prefetch"), but only for ranks this mount serves: two mounts
+  as two nodes (ranks 0-1 load through one, 2-3 through the other), in both layouts,
+  each fetch <= 1.02x what their own ranks need.
 """
 import json
 import os
@@ -158,3 +162,39 @@ def test_ranks_on_one_mount_fetch_each_byte_once(s3server, mounter, request, per
     fetched, need, st = fetched_for_load(store, mounter, per_rank, world, "")
     assert fetched <= 1.02 * need, (fetched / need, fetched, need, st["cache"])
     assert st["cache"]["shared"] + st["cache"]["hits"] > 0
+    if world == WORLD:  # same sharding: a rank ahead fetched the others' chunks
+        assert st["index"]["sibling_prefetches"] > 0, st["index"]
+
+
+def rank_of(name):
+    """The saving rank of a `__R_N.distcp` file."""
+    return int(name[2:].split("_")[0])
+
+
+@pytest.mark.parametrize("layout", ["per_rank", "per_item"])
+def test_two_mounts_as_two_nodes_fetch_only_their_ranks(s3server, mounter, request, layout):
+    """Ranks 0-1 load through one mount, ranks 2-3 through another (two nodes, one
+    bucket). A chunk entered on one node must not make it fetch the chunks that the
+    other node's ranks saved: each mount fetches only what its own ranks read (their
+    shards, plus the plain tensor in rank 0's file that every rank reads)."""
+    src = request.getfixturevalue(layout)
+    store = s3_store(s3server, request.node.name)
+    prefix = put_checkpoint(store, src)
+    node = [mounter(store, "--kernel-readahead", "256K") for _ in range(2)]
+    dirs = [node[r // 2].p(prefix) for r in range(WORLD)]
+    load(node[0], prefix, WORLD, "--rank-dirs", ",".join(dirs))
+    items = storage(src)
+    savers = {}
+    for s in items:
+        savers.setdefault(s["fqn"], set()).add(rank_of(s["relative_path"]))
+    plain = {fqn for fqn, ranks in savers.items() if len(ranks) == 1}  # every rank reads it
+    for i, m in enumerate(node):
+        ranks = {2 * i, 2 * i + 1}
+        need = sum(s["length"] for s in items
+                   if rank_of(s["relative_path"]) in ranks or s["fqn"] in plain)
+        st = m.stats()
+        fetched = st["get_bytes"] - os.path.getsize(os.path.join(src, ".metadata"))
+        print(f"\nnode {i} (ranks {sorted(ranks)}): fetched/needed {fetched / need:.3f}, "
+              f"sibling prefetches {st['index']['sibling_prefetches']}")
+        assert fetched <= 1.02 * need, (i, fetched / need, fetched, need, st["cache"])
+        assert st["index"]["sibling_prefetches"] > 0, st["index"]

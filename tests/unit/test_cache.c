@@ -107,6 +107,32 @@ Test(cache, exact_bytes_across_blocks_and_eof, .init = setup, .fini = teardown)
     check_range(0, OBJ_SIZE);
 }
 
+Test(cache, a_version_only_prefetched_is_not_reported_cached, .init = setup, .fini = teardown)
+{
+    /* The kernel may keep its pages of an object only if a handle opened that
+     * version before: a background reference does not count as one. */
+    static unsigned char other[64 * KiB];
+    char e1[STORE_ETAG_MAX];
+    cr_assert_eq(mem_store_set(store, "other", other, sizeof other, e1), 0);
+    int opened = -1, was_cached = -1;
+    struct cache_obj *ref = cache_obj_ref(cache, "other", e1, sizeof other, &opened);
+    cr_assert_not_null(ref);
+    cr_assert_eq(opened, 0);
+    cr_assert_eq(cache_prefetch(cache, ref, 0, 64 * KiB), 64 * KiB);
+    struct cache_obj *o = cache_obj_get(cache, "other", e1, sizeof other, &was_cached);
+    cr_assert_eq(o, ref, "one object per version");
+    cr_assert_eq(was_cached, 0, "only prefetched so far");
+    cache_obj_unref(cache, ref);
+    cache_obj_put(cache, o);
+    ref = cache_obj_ref(cache, "other", e1, sizeof other, &opened);
+    cr_assert_eq(opened, 1, "opened once now (its prefetched blocks keep it)");
+    cache_obj_unref(cache, ref);
+    o = cache_obj_get(cache, "other", e1, sizeof other, &was_cached);
+    cr_assert_eq(was_cached, 1);
+    cache_obj_put(cache, o);
+    wait_prefetch_idle();
+}
+
 Test(cache, second_read_is_served_from_memory, .init = setup, .fini = teardown)
 {
     check_range(0, 200 * KiB);

@@ -166,6 +166,36 @@ Test(ckindex, items_in_layout_order_within_the_budget)
     cr_assert_geq(st.lookups, 4);
 }
 
+Test(ckindex, siblings_are_the_other_chunks_of_the_tensor)
+{
+    struct ckindex_chunk ch[4];
+    cr_assert_eq(ckindex_siblings(ci, "ck/__0_0.distcp", 900, ch, 4), 0, "not indexed yet");
+    struct store_stat md = stat_of("ck/.metadata");
+    ckindex_notice(ci, "ck", &md);
+    wait_settled(1);
+    /* model.embed.weight: chunk 0 at __0_0.distcp [862, +525035), chunk 1 at
+     * __1_0.distcp [0, +525035). */
+    cr_assert_eq(ckindex_siblings(ci, "ck/__0_0.distcp", 900, ch, 4), 1);
+    cr_assert_str_eq(ch[0].name, "__1_0.distcp");
+    cr_assert_eq(ch[0].rank, 1);
+    cr_assert_eq(ch[0].offset, 0);
+    cr_assert_eq(ch[0].length, 525035);
+    cr_assert_eq(ckindex_siblings(ci, "ck/__1_0.distcp", 10, ch, 4), 1, "and back");
+    cr_assert_str_eq(ch[0].name, "__0_0.distcp");
+    cr_assert_eq(ch[0].rank, 0);
+    cr_assert_eq(ch[0].offset, 862);
+    cr_assert_eq(ckindex_siblings(ci, "ck/__1_0.distcp", 10, ch, 0), 0, "max bounds it");
+    cr_assert_eq(ckindex_siblings(ci, "ck/nope.distcp", 0, ch, 4), 0);
+    /* A tensor of one chunk (rank 0's plain tensors) has no siblings. */
+    int lone = 0;
+    struct ckindex_span sp[64];
+    int n = ckindex_items(ci, "ck/__0_0.distcp", 0, 1ull << 30, sp, 64);
+    for (int i = 0; i < n; i++)
+        lone += ckindex_siblings(ci, "ck/__0_0.distcp", sp[i].offset, ch, 4) == 0;
+    cr_assert_gt(lone, 0, "some items of rank 0 are not sharded");
+    cr_assert_lt(lone, n, "and some are");
+}
+
 Test(ckindex, changed_metadata_is_rebuilt)
 {
     struct store_stat md = stat_of("ck/.metadata");

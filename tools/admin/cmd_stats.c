@@ -132,9 +132,10 @@ static void print_summary(const char *mnt, json_t *j)
     printf("\nindex\n");
     if (json_is_true(json_object_get(json_object_get(j, "index"), "enabled")))
         printf("  enabled: %.0f checkpoints ready (%.0f built, %.0f reused, %.0f failed), %.0f "
-               "lookups, %.0f items prefetched whole\n",
+               "lookups, %.0f items prefetched whole, %.0f other ranks' chunks prefetched\n",
                num(j, "index.ready"), num(j, "index.built"), num(j, "index.reused"),
-               num(j, "index.failed"), num(j, "index.lookups"), num(j, "index.item_prefetches"));
+               num(j, "index.failed"), num(j, "index.lookups"), num(j, "index.item_prefetches"),
+               num(j, "index.sibling_prefetches"));
     else
         printf("  disabled\n");
     printf("\nwrite\n");
