@@ -244,77 +244,64 @@ void ckindex_notice(struct ckindex *ci, const char *dir, const struct store_stat
     }
 }
 
-int ckindex_items(struct ckindex *ci, const char *path, uint64_t off, uint64_t budget,
-                  struct ckindex_span *out, int max)
+/* A read transaction at the item holding byte off of the file at path:
+ * 0 with *t open (the caller ends it) and *id, *file, *sp filled; -1 when
+ * the file is not in a ready index or no item holds off. */
+static int item_lookup(struct ckindex *ci, const char *path, uint64_t off, struct idxdb_txn **t,
+                       uint64_t *id, uint32_t *file, struct idxdb_span *sp)
 {
     const char *slash = strrchr(path, '/');
     size_t dlen = slash ? (size_t)(slash - path) : 0;
-    const char *name = slash ? slash + 1 : path;
-    uint64_t id = 0;
-    int ready = 0;
     pthread_mutex_lock(&ci->lock);
     struct ckdir *d = dir_find_locked(ci, path, dlen);
-    if (d && d->state == DIR_READY) {
-        ready = 1;
-        id = d->id;
-    }
+    *id = d && d->state == DIR_READY ? d->id : 0;
     pthread_mutex_unlock(&ci->lock);
-    if (!ready || max < 1)
-        return 0;
-
-    struct idxdb_txn *t;
     struct ckpt_err e = {0};
-    if (idxdb_begin(ci->db, &t, &e) != 0)
-        return 0;
-    int n = 0;
-    uint32_t file;
-    struct idxdb_span sp;
-    if (idxdb_file_find(t, id, name, &file) == 0 && idxdb_item_at(t, id, file, off, &sp) == 0) {
-        uint64_t total = sp.length;
-        out[n++] = (struct ckindex_span){sp.offset, sp.length};
-        while (n < max && idxdb_layout_next(t, &sp) == 0 && total + sp.length <= budget) {
-            total += sp.length;
-            out[n++] = (struct ckindex_span){sp.offset, sp.length};
-        }
-    }
-    idxdb_end(t);
+    if (!*id || idxdb_begin(ci->db, t, &e) != 0)
+        return -1;
     pthread_mutex_lock(&ci->lock);
     ci->st.lookups++;
     pthread_mutex_unlock(&ci->lock);
-    return n;
+    if (idxdb_file_find(*t, *id, slash ? slash + 1 : path, file) == 0 &&
+        idxdb_item_at(*t, *id, *file, off, sp) == 0)
+        return 0;
+    idxdb_end(*t);
+    return -1;
 }
 
-/* The index id of the ready checkpoint holding the file at path, or 0. */
-static uint64_t ready_id(struct ckindex *ci, const char *path)
+int ckindex_items(struct ckindex *ci, const char *path, uint64_t off, uint64_t budget,
+                  struct ckindex_span *out, int max)
 {
-    const char *slash = strrchr(path, '/');
-    size_t dlen = slash ? (size_t)(slash - path) : 0;
-    pthread_mutex_lock(&ci->lock);
-    struct ckdir *d = dir_find_locked(ci, path, dlen);
-    uint64_t id = d && d->state == DIR_READY ? d->id : 0;
-    pthread_mutex_unlock(&ci->lock);
-    return id;
+    struct idxdb_txn *t;
+    uint64_t id;
+    uint32_t file;
+    struct idxdb_span sp;
+    if (max < 1 || item_lookup(ci, path, off, &t, &id, &file, &sp) != 0)
+        return 0;
+    int n = 0;
+    uint64_t total = sp.length;
+    out[n++] = (struct ckindex_span){sp.offset, sp.length};
+    while (n < max && idxdb_layout_next(t, &sp) == 0 && total + sp.length <= budget) {
+        total += sp.length;
+        out[n++] = (struct ckindex_span){sp.offset, sp.length};
+    }
+    idxdb_end(t);
+    return n;
 }
 
 int ckindex_siblings(struct ckindex *ci, const char *path, uint64_t off, struct ckindex_chunk *out,
                      int max)
 {
-    const char *slash = strrchr(path, '/');
-    const char *name = slash ? slash + 1 : path;
-    uint64_t id = ready_id(ci, path);
-    if (!id || max < 1)
-        return 0;
     struct idxdb_txn *t;
-    struct ckpt_err e = {0};
-    if (idxdb_begin(ci->db, &t, &e) != 0)
-        return 0;
-    int n = 0;
+    uint64_t id;
     uint32_t file;
     struct idxdb_span sp;
+    if (max < 1 || item_lookup(ci, path, off, &t, &id, &file, &sp) != 0)
+        return 0;
+    int n = 0;
     struct idxdb_item it;
     struct idxdb_tensor tn;
-    if (idxdb_file_find(t, id, name, &file) == 0 && idxdb_item_at(t, id, file, off, &sp) == 0 &&
-        idxdb_item_get(t, id, sp.item, &it) == 0 && it.kind == CKPT_ITEM_TENSOR &&
+    if (idxdb_item_get(t, id, sp.item, &it) == 0 && it.kind == CKPT_ITEM_TENSOR &&
         idxdb_tensor_get(t, id, it.tensor, &tn) == 0) {
         for (uint32_t c = 0; c < tn.nchunks && n < max; c++) {
             struct idxdb_item ch;

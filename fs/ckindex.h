@@ -31,7 +31,7 @@ struct ckindex_stats {
     uint64_t built;   /* indexes built by this mount */
     uint64_t reused;  /* indexes found up to date in the cache dir */
     uint64_t failed;  /* .metadata versions that could not be indexed */
-    uint64_t lookups; /* item lookups answered */
+    uint64_t lookups; /* lookups in a ready index (item plans, siblings) */
 };
 
 /* Open (creating) the index under cache_dir/index. store_url names the

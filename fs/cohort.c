@@ -7,7 +7,6 @@
 
 #include <pthread.h>
 #include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
 
 struct slot {
@@ -40,17 +39,6 @@ void cohort_destroy(struct cohort *c)
         return;
     pthread_mutex_destroy(&c->lock);
     free(c);
-}
-
-int cohort_rank_of(const char *name)
-{
-    unsigned rank, n;
-    int end = 0;
-    if (name[0] != '_' || name[1] != '_' || name[2] < '0' || name[2] > '9' ||
-        sscanf(name, "__%u_%u.distcp%n", &rank, &n, &end) != 2 || end == 0 || name[end] != '\0' ||
-        rank > (1u << 24))
-        return -1;
-    return (int)rank;
 }
 
 static struct slot *find_locked(struct cohort *c, uint64_t h, int rank)

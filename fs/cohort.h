@@ -31,10 +31,6 @@ struct cohort;
 struct cohort *cohort_create(double linger);
 void cohort_destroy(struct cohort *c);
 
-/* The rank R of a file named `__R_N.distcp` (name without directory), or -1
- * for any other name. */
-int cohort_rank_of(const char *name);
-
 /* A read entered a chunk of a sharded tensor in a file of saved rank in
  * directory dir[0..dir_len), at now (seconds, any monotonic clock). */
 void cohort_touch(struct cohort *c, const char *dir, size_t dir_len, int rank, double now);

@@ -14,6 +14,8 @@
  */
 #include "core_internal.h"
 
+#include "ckpt.h"
+
 #include "log.h"
 #include "strutil.h"
 
@@ -557,7 +559,7 @@ static int prefetch_items(struct core *core, struct core_file *f, uint64_t off, 
     for (int i = 1; i < n; i++)
         next[i - 1] = (struct prefetch_span){sp[i].offset, sp[i].length};
     int k = prefetch_enter(&f->pf, cur, next, n - 1, out);
-    if (prefetch_planned(&f->pf) && !f->pf.tentative)
+    if (prefetch_confirmed(&f->pf))
         *entered = cur.offset; /* a read is in this item for sure: its siblings are wanted */
     for (int i = 0; i < k; i++)
         cache_prefetch_split(core->cache, f->obj, out[i].offset, out[i].length, ITEM_REQUEST);
@@ -615,7 +617,7 @@ static void prefetch_siblings(struct core *core, struct core_file *f, uint64_t i
     const char *base = strrchr(path, '/');
     size_t dlen = base ? (size_t)(base - path) : 0;
     double now = now_seconds();
-    cohort_touch(core->cohort, path, dlen, cohort_rank_of(base ? base + 1 : path), now);
+    cohort_touch(core->cohort, path, dlen, ckpt_rank_of(path), now);
     for (int i = 0; i < n; i++) {
         char spath[4096];
         struct store_stat st;

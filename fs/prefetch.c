@@ -49,6 +49,11 @@ int prefetch_planned(const struct prefetch *p)
     return p->planned;
 }
 
+int prefetch_confirmed(const struct prefetch *p)
+{
+    return p->planned && !p->tentative;
+}
+
 /* 1 if cur is the item after the one last entered, in layout order. */
 static int continues_run(const struct prefetch *p, struct prefetch_span cur)
 {

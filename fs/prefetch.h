@@ -72,6 +72,10 @@ int prefetch_read(struct prefetch *p, uint64_t off, uint64_t len, uint64_t *prob
 /* 1 if the item last entered was fetched here (the readahead is not needed). */
 int prefetch_planned(const struct prefetch *p);
 
+/* 1 if the item last entered is handled here and a read is surely in it
+ * (not a tentative entry that may be a reader's overshoot). */
+int prefetch_confirmed(const struct prefetch *p);
+
 /* How many bytes of the items after cur may be fetched if a read enters cur
  * now: the caller asks the index for that many. Does not change p. */
 uint64_t prefetch_budget(const struct prefetch *p, struct prefetch_span cur);

@@ -7,18 +7,6 @@
 
 #include "cohort.h"
 
-Test(cohort, rank_of_names_only_distcp_shards)
-{
-    cr_assert_eq(cohort_rank_of("__0_0.distcp"), 0);
-    cr_assert_eq(cohort_rank_of("__12_345.distcp"), 12);
-    cr_assert_eq(cohort_rank_of(".metadata"), -1);
-    cr_assert_eq(cohort_rank_of("__0_0.distcp.tmp"), -1);
-    cr_assert_eq(cohort_rank_of("__x_0.distcp"), -1);
-    cr_assert_eq(cohort_rank_of("__-1_0.distcp"), -1);
-    cr_assert_eq(cohort_rank_of("_0_0.distcp"), -1);
-    cr_assert_eq(cohort_rank_of("__99999999999_0.distcp"), -1);
-}
-
 Test(cohort, a_touched_rank_is_active_for_the_linger_only)
 {
     struct cohort *c = cohort_create(2.0);
