@@ -11,6 +11,9 @@
  *  - one fetch fills one contiguous buffer (struct cbuf) shared by the
  *    blocks of that run; the buffer goes back to the buffer pool
  *    (bufpool.h) when its last block goes.
+ *  - recent timeouts: a small ring of block runs whose fetch timed out
+ *    lately; reads of them fail at once until the entry lapses or the
+ *    object answers again (CACHE_TIMEOUT_LINGER_MS in cache.h).
  * Waiters pin a block (pins > 0) and sleep on cache->cond, which is
  * broadcast whenever a fetch completes. Pinned blocks are never evicted.
  * I/O and copies happen with the lock dropped.
@@ -28,7 +31,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
+
+#define TIMEOUT_SLOTS 16 /* timed-out runs remembered at once */
+
+struct recent_timeout {
+    uint64_t obj_id;     /* 0: free slot */
+    uint64_t first, end; /* blocks [first, end) */
+    int64_t until_ms;    /* monotonic; lapses then */
+};
 
 enum block_state { BLOCK_FETCHING, BLOCK_READY, BLOCK_FAILED };
 
@@ -80,6 +92,8 @@ struct cache {
     struct cache_stats st;
     struct bufpool *pool; /* fetch buffers */
     atomic_int stopping;  /* set by cache_cancel: background fetches fail fast */
+    struct recent_timeout timeouts[TIMEOUT_SLOTS];
+    unsigned next_timeout; /* ring cursor into timeouts */
 };
 
 struct fetch_job {
@@ -351,6 +365,46 @@ static struct cblock *block_insert_fetching(struct cache *c, struct cache_obj *o
     return b;
 }
 
+static int64_t monotonic_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Remember that fetching blocks [first, first+n) of o timed out (lock held). */
+static void timeout_note_locked(struct cache *c, const struct cache_obj *o, uint64_t first,
+                                uint32_t n)
+{
+    struct recent_timeout *t = &c->timeouts[c->next_timeout++ % TIMEOUT_SLOTS];
+    *t = (struct recent_timeout){o->id, first, first + n, monotonic_ms() + CACHE_TIMEOUT_LINGER_MS};
+}
+
+/* Forget o's timeouts: it answered (lock held). */
+static void timeout_forget_locked(struct cache *c, const struct cache_obj *o)
+{
+    for (unsigned i = 0; i < TIMEOUT_SLOTS; i++)
+        if (c->timeouts[i].obj_id == o->id)
+            c->timeouts[i].obj_id = 0;
+}
+
+/* Whether block idx of o timed out within the linger (lock held). */
+static int timed_out_lately_locked(struct cache *c, const struct cache_obj *o, uint64_t idx)
+{
+    int64_t now = -1;
+    for (unsigned i = 0; i < TIMEOUT_SLOTS; i++) {
+        struct recent_timeout *t = &c->timeouts[i];
+        if (t->obj_id != o->id || idx < t->first || idx >= t->end)
+            continue;
+        if (now < 0)
+            now = monotonic_ms();
+        if (now < t->until_ms)
+            return 1;
+        t->obj_id = 0; /* lapsed */
+    }
+    return 0;
+}
+
 /* Fetch blocks [first, first+n) of o, all FETCHING and owned by the
  * caller, then publish them READY or FAILED. Called without the lock. */
 static int fetch_run(struct cache *c, struct cache_obj *o, uint64_t first, uint32_t n,
@@ -380,10 +434,14 @@ static int fetch_run(struct cache *c, struct cache_obj *o, uint64_t first, uint3
                  (unsigned long long)off, strerror(-rc));
 
     pthread_mutex_lock(&c->lock);
-    if (rc == 0)
+    if (rc == 0) {
         buf->refs = n;
-    else
+        timeout_forget_locked(c, o);
+    } else {
         c->st.fetch_errors++;
+        if (rc == -ETIMEDOUT)
+            timeout_note_locked(c, o, first, n);
+    }
     uint64_t pos = 0;
     for (uint32_t i = 0; i < n; i++) {
         struct cblock *b = block_find(c, o, first + i);
@@ -451,9 +509,15 @@ ssize_t cache_read(struct cache *c, struct cache_obj *o, uint64_t off, size_t le
     for (uint64_t idx = first; idx <= last && rc == 0;) {
         struct cblock *b = block_find(c, o, idx);
         if (!b) {
+            if (timed_out_lately_locked(c, o, idx)) {
+                c->st.failed_fast++;
+                rc = -ETIMEDOUT;
+                break;
+            }
             /* Miss: claim the run of missing blocks from here and fetch it. */
             uint32_t n = 0;
-            while (idx + n <= last && !block_find(c, o, idx + n))
+            while (idx + n <= last && !block_find(c, o, idx + n) &&
+                   (n == 0 || !timed_out_lately_locked(c, o, idx + n)))
                 n++;
             make_room_locked(c, (uint64_t)n * bs, 0);
             for (uint32_t i = 0; i < n; i++) {
@@ -522,12 +586,13 @@ uint64_t cache_prefetch_split(struct cache *c, struct cache_obj *o, uint64_t off
 
     pthread_mutex_lock(&c->lock);
     for (uint64_t idx = first; idx <= last;) {
-        if (block_find(c, o, idx)) {
+        if (block_find(c, o, idx) || timed_out_lately_locked(c, o, idx)) {
             idx++;
             continue;
         }
         uint32_t n = 0;
-        while (n < max_run && idx + n <= last && !block_find(c, o, idx + n))
+        while (n < max_run && idx + n <= last && !block_find(c, o, idx + n) &&
+               (n == 0 || !timed_out_lately_locked(c, o, idx + n)))
             n++;
         uint64_t bytes = 0;
         for (uint32_t i = 0; i < n; i++)

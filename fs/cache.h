@@ -33,6 +33,13 @@ struct cache_config {
     uint32_t request_size; /* largest single background GET, a multiple of block_size */
 };
 
+/* A fetch that timed out (-ETIMEDOUT) is remembered this long: reads and
+ * prefetches of its blocks fail at once with the same error instead of
+ * sending another request. The kernel retries every failed readahead with
+ * a synchronous read of its first page straight away; without this, a
+ * stopped server would cost each read() two full timeouts. */
+#define CACHE_TIMEOUT_LINGER_MS 1000
+
 struct cache_stats {
     uint64_t hits;                  /* blocks served from memory */
     uint64_t misses;                /* blocks a reader had to fetch itself */
@@ -45,6 +52,7 @@ struct cache_stats {
     uint64_t evictions;             /* blocks dropped to stay within capacity */
     uint64_t released;              /* blocks dropped behind a sequential reader */
     uint64_t fetch_errors;          /* fetches that failed */
+    uint64_t failed_fast;           /* reads failed at once by a recent timeout */
     uint64_t bytes_cached;          /* current block bytes held */
     uint64_t capacity;
     uint64_t buffers_mapped; /* fetch buffers mapped fresh (bufpool.h) */

@@ -284,6 +284,44 @@ Test(cache, failed_prefetch_lets_reader_retry, .init = setup, .fini = teardown)
     cr_assert_eq(st.misses, 4);
 }
 
+Test(cache, timed_out_blocks_fail_at_once_for_a_while, .init = setup, .fini = teardown)
+{
+    mem_store_fail(store, MEM_OP_READ, -ETIMEDOUT, -1);
+    char buf[16];
+    cr_assert_eq(cache_read(cache, obj, 0, sizeof buf, buf), -ETIMEDOUT);
+    cr_assert_eq(mem_store_calls(store, MEM_OP_READ), 1);
+    /* As the kernel does after a failed readahead: read again at once. */
+    mem_store_fail(store, MEM_OP_READ, 0, 0);
+    cr_assert_eq(cache_read(cache, obj, 0, sizeof buf, buf), -ETIMEDOUT);
+    cr_assert_eq(cache_prefetch(cache, obj, 0, 64 * KiB), 0, "no prefetch of a timed-out block");
+    cr_assert_eq(mem_store_calls(store, MEM_OP_READ), 1, "no second request within the linger");
+    struct cache_stats st;
+    cache_get_stats(cache, &st);
+    cr_assert_eq(st.failed_fast, 1);
+    /* The linger lapses: the block is fetched again. */
+    usleep((CACHE_TIMEOUT_LINGER_MS + 100) * 1000);
+    check_range(0, sizeof buf);
+}
+
+Test(cache, an_answer_forgets_the_objects_timeouts, .init = setup, .fini = teardown)
+{
+    mem_store_fail(store, MEM_OP_READ, -ETIMEDOUT, 1);
+    char buf[16];
+    cr_assert_eq(cache_read(cache, obj, 0, sizeof buf, buf), -ETIMEDOUT);
+    check_range(128 * KiB, sizeof buf); /* the store answers for this object */
+    check_range(0, sizeof buf);         /* so block 0 is fetched again at once */
+    cr_assert_eq(mem_store_calls(store, MEM_OP_READ), 3);
+}
+
+Test(cache, other_errors_are_not_remembered, .init = setup, .fini = teardown)
+{
+    mem_store_fail(store, MEM_OP_READ, -EIO, 1);
+    char buf[16];
+    cr_assert_eq(cache_read(cache, obj, 0, sizeof buf, buf), -EIO);
+    check_range(0, sizeof buf);
+    cr_assert_eq(mem_store_calls(store, MEM_OP_READ), 2);
+}
+
 Test(cache, objects_are_shared_by_version, .init = setup, .fini = teardown)
 {
     int was;

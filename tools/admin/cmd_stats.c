@@ -115,10 +115,10 @@ static void print_summary(const char *mnt, json_t *j)
            fmt_size(a, sizeof a, num(j, "cache.prefetch_unused_bytes")),
            fmt_size(b, sizeof b, num(j, "cache.prefetch_unread_bytes")));
     printf("  cache                   %s of %s held; %.0f evictions, %.0f released behind "
-           "readers, %.0f failed fetches\n",
+           "readers, %.0f failed fetches, %.0f reads failed at once after a timeout\n",
            fmt_size(a, sizeof a, num(j, "cache.bytes_cached")),
            fmt_size(b, sizeof b, num(j, "cache.capacity")), num(j, "cache.evictions"),
-           num(j, "cache.released"), num(j, "cache.fetch_errors"));
+           num(j, "cache.released"), num(j, "cache.fetch_errors"), num(j, "cache.failed_fast"));
     printf("\nrequests to the store\n");
     printf("  GET %.0f, HEAD %.0f, LIST %.0f, PUT %.0f, CreateMultipartUpload %.0f, UploadPart "
            "%.0f, CompleteMultipartUpload %.0f, AbortMultipartUpload %.0f, "
