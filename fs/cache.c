@@ -14,9 +14,10 @@
  *  - recent timeouts: a small ring of block runs whose fetch timed out
  *    lately; reads of them fail at once until the entry lapses or the
  *    object answers again (CACHE_TIMEOUT_LINGER_MS in cache.h).
- * Waiters pin a block (pins > 0) and sleep on cache->cond, which is
- * broadcast whenever a fetch completes. Pinned blocks are never evicted.
- * I/O and copies happen with the lock dropped.
+ * Waiters pin a block (pins > 0) and sleep on the condition variable its
+ * (object, index) hashes to, broadcast when a block with waiters leaves
+ * FETCHING (one of WAIT_CONDS: a published block wakes few threads). Pinned blocks are never
+ * evicted. I/O and copies happen with the lock dropped.
  */
 #include "cache.h"
 
@@ -34,6 +35,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#define WAIT_CONDS 64    /* condition variables waiters are spread over */
 #define TIMEOUT_SLOTS 16 /* timed-out runs remembered at once */
 
 struct recent_timeout {
@@ -82,7 +84,7 @@ struct cache {
     struct workq *wq;
     struct cache_config cfg;
     pthread_mutex_t lock;
-    pthread_cond_t cond;
+    pthread_cond_t conds[WAIT_CONDS]; /* waiters of FETCHING blocks, by block hash */
     struct cblock **blocks;
     size_t nbuckets; /* power of two */
     struct cache_obj **objs;
@@ -123,6 +125,19 @@ static uint64_t hash_str(const char *s)
 static size_t block_bucket(const struct cache *c, uint64_t obj_id, uint64_t idx)
 {
     return mix64(obj_id * 0x9e3779b97f4a7c15ULL + idx) & (c->nbuckets - 1);
+}
+
+/* The condition variable waiters of block b sleep on. */
+static pthread_cond_t *block_cond(struct cache *c, const struct cblock *b)
+{
+    return &c->conds[mix64(b->obj->id * 31 + b->idx) % WAIT_CONDS];
+}
+
+/* b left FETCHING (lock held): wake its waiters, if any. */
+static void block_wake_locked(struct cache *c, const struct cblock *b)
+{
+    if (b->pins)
+        pthread_cond_broadcast(block_cond(c, b));
 }
 
 static struct cblock *block_find(struct cache *c, struct cache_obj *o, uint64_t idx)
@@ -270,7 +285,7 @@ static struct cbuf *cbuf_new(struct cache *c, size_t len)
     struct cbuf *buf = malloc(sizeof *buf);
     if (!buf)
         return NULL;
-    buf->refs = 0;
+    buf->refs = 1; /* the fetch's; blocks add theirs as they are published */
     buf->len = len;
     buf->data = bufpool_get(c->pool, len);
     if (!buf->data) {
@@ -405,8 +420,60 @@ static int timed_out_lately_locked(struct cache *c, const struct cache_obj *o, u
     return 0;
 }
 
+/* A run of blocks being fetched: blocks [first, first+published) are READY
+ * already, the rest FETCHING and owned by the fetching thread. */
+struct fetch {
+    struct cache *c;
+    struct cache_obj *o;
+    uint64_t first;
+    uint32_t n, published;
+    size_t published_bytes; /* bytes of the published blocks */
+    struct cbuf *buf;       /* holds one reference for the fetch itself */
+};
+
+/* Publish the next block of f READY (lock held). */
+static void fetch_publish_next_locked(struct fetch *f)
+{
+    struct cache *c = f->c;
+    assert(f->published < f->n);
+    struct cblock *b = block_find(c, f->o, f->first + f->published);
+    assert(b && b->state == BLOCK_FETCHING);
+    assert(f->buf->refs > 0); /* the fetch's own reference keeps the buffer */
+    f->buf->refs++;
+    b->buf = f->buf;
+    b->data = f->buf->data + f->published_bytes;
+    b->state = BLOCK_READY;
+    if (b->prefetched) {
+        c->st.prefetched_bytes += b->len;
+        if (!b->used)
+            c->st.prefetch_unread_bytes += b->len;
+    }
+    lru_push_front(c, b);
+    block_wake_locked(c, b);
+    f->published++;
+    f->published_bytes += b->len;
+}
+
+/* store_progress_fn: publish the blocks whose bytes are all final, so
+ * readers waiting for them go on while the rest of the GET arrives. */
+static void fetch_progress(void *arg, size_t ready)
+{
+    struct fetch *f = arg;
+    struct cache *c = f->c;
+    /* Only this thread changes f: no lock to find that no block is whole yet. */
+    if (f->published == f->n ||
+        ready < f->published_bytes + block_len(c, f->o, f->first + f->published))
+        return;
+    pthread_mutex_lock(&c->lock);
+    while (f->published < f->n &&
+           ready >= f->published_bytes + block_len(c, f->o, f->first + f->published))
+        fetch_publish_next_locked(f);
+    pthread_mutex_unlock(&c->lock);
+}
+
 /* Fetch blocks [first, first+n) of o, all FETCHING and owned by the
- * caller, then publish them READY or FAILED. Called without the lock. */
+ * caller, then publish them READY or FAILED; with a progressive store,
+ * blocks are published as their bytes arrive. Called without the lock. */
 static int fetch_run(struct cache *c, struct cache_obj *o, uint64_t first, uint32_t n,
                      int background)
 {
@@ -414,15 +481,19 @@ static int fetch_run(struct cache *c, struct cache_obj *o, uint64_t first, uint3
     uint64_t want = 0;
     for (uint32_t i = 0; i < n; i++)
         want += block_len(c, o, first + i);
-    struct cbuf *buf = cbuf_new(c, want);
+    struct fetch f = {.c = c, .o = o, .first = first, .n = n, .buf = cbuf_new(c, want)};
     size_t got = 0;
     int rc;
-    if (!buf)
+    const struct store_ops *ops = c->store->ops;
+    if (!f.buf)
         rc = -ENOMEM;
     else if (background && atomic_load(&c->stopping))
         rc = -ESHUTDOWN;
+    else if (ops->read_progressive)
+        rc = ops->read_progressive(c->store, o->path, o->etag, off, want, f.buf->data, &got,
+                                   fetch_progress, &f);
     else
-        rc = c->store->ops->read(c->store, o->path, o->etag, off, want, buf->data, &got);
+        rc = ops->read(c->store, o->path, o->etag, off, want, f.buf->data, &got);
     if (rc == 0 && got != want) {
         log_warn("%s: object shorter than expected (%zu of %llu bytes at %llu): changed on the "
                  "store?",
@@ -435,39 +506,28 @@ static int fetch_run(struct cache *c, struct cache_obj *o, uint64_t first, uint3
 
     pthread_mutex_lock(&c->lock);
     if (rc == 0) {
-        buf->refs = n;
         timeout_forget_locked(c, o);
+        while (f.published < n)
+            fetch_publish_next_locked(&f);
     } else {
         c->st.fetch_errors++;
         if (rc == -ETIMEDOUT)
-            timeout_note_locked(c, o, first, n);
-    }
-    uint64_t pos = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        struct cblock *b = block_find(c, o, first + i);
-        if (rc == 0) {
-            b->buf = buf;
-            b->data = buf->data + pos;
-            b->state = BLOCK_READY;
-            if (b->prefetched) {
-                c->st.prefetched_bytes += b->len;
-                if (!b->used)
-                    c->st.prefetch_unread_bytes += b->len;
-            }
-            lru_push_front(c, b);
-        } else {
+            timeout_note_locked(c, o, first + f.published, n - f.published);
+        /* Blocks published already hold final bytes: they stay. */
+        for (uint32_t i = f.published; i < n; i++) {
+            struct cblock *b = block_find(c, o, first + i);
+            assert(b && b->state == BLOCK_FETCHING);
             b->state = BLOCK_FAILED;
             b->err = rc;
             block_unhash(c, b);
             c->st.bytes_cached -= b->len;
+            block_wake_locked(c, b);
             if (b->pins == 0)
                 block_free_locked(c, b);
         }
-        pos += block_len(c, o, first + i);
     }
-    if (rc < 0)
-        cbuf_free(c, buf);
-    pthread_cond_broadcast(&c->cond);
+    if (f.buf && --f.buf->refs == 0)
+        cbuf_free(c, f.buf);
     pthread_mutex_unlock(&c->lock);
     return rc;
 }
@@ -542,7 +602,7 @@ ssize_t cache_read(struct cache *c, struct cache_obj *o, uint64_t off, size_t le
         if (b->state == BLOCK_FETCHING) {
             c->st.shared++;
             while (b->state == BLOCK_FETCHING)
-                pthread_cond_wait(&c->cond, &c->lock);
+                pthread_cond_wait(block_cond(c, b), &c->lock);
         } else if (idx >= fetched_end) {
             c->st.hits++;
         }
@@ -629,7 +689,6 @@ uint64_t cache_prefetch_split(struct cache *c, struct cache_obj *o, uint64_t off
             }
             obj_unref_locked(c, o);
             free(j);
-            pthread_cond_broadcast(&c->cond);
             break;
         }
         c->st.prefetched += made;
@@ -727,7 +786,8 @@ int cache_create(struct store *store, struct workq *wq, const struct cache_confi
     }
     c->lru.lru_next = c->lru.lru_prev = &c->lru;
     pthread_mutex_init(&c->lock, NULL);
-    pthread_cond_init(&c->cond, NULL);
+    for (int i = 0; i < WAIT_CONDS; i++)
+        pthread_cond_init(&c->conds[i], NULL);
     *out = c;
     return 0;
 }
@@ -744,7 +804,8 @@ void cache_destroy(struct cache *c)
         block_free_locked(c, b);
     }
     pthread_mutex_unlock(&c->lock);
-    pthread_cond_destroy(&c->cond);
+    for (int i = 0; i < WAIT_CONDS; i++)
+        pthread_cond_destroy(&c->conds[i]);
     pthread_mutex_destroy(&c->lock);
     bufpool_destroy(c->pool);
     free(c->blocks);

@@ -44,6 +44,9 @@ struct store_stat {
  * (list() then returns 0). */
 typedef int (*store_list_fn)(void *arg, const char *name, const struct store_stat *st);
 
+/* Bytes buf[0, ready) of a read in flight are final (read_progressive). */
+typedef void (*store_progress_fn)(void *arg, size_t ready);
+
 /* Counters every backend keeps, read for the mount's statistics. */
 struct store_counters {
     atomic_uint_fast64_t get_requests;  /* ranged GETs / preads issued */
@@ -104,6 +107,15 @@ struct store_ops {
      * (the object changed under an open file). */
     int (*read)(struct store *s, const char *path, const char *etag, uint64_t off, size_t len,
                 void *buf, size_t *nread);
+
+    /* Optional (NULL: reads complete at once): read, calling
+     * progress(arg, ready) from the calling thread whenever more of buf is
+     * final: buf[0, ready) holds bytes of the asked range of etag's version,
+     * never written again. ready only grows; a failed read may have made
+     * some bytes final. */
+    int (*read_progressive)(struct store *s, const char *path, const char *etag, uint64_t off,
+                            size_t len, void *buf, size_t *nread, store_progress_fn progress,
+                            void *arg);
 
     /* Optional (NULL if the backend has no file descriptors): an fd open
      * for reading the object at path, if it still has etag (else -ESTALE),

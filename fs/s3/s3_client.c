@@ -299,8 +299,12 @@ static size_t on_body(char *data, size_t size, size_t n, void *arg)
         rs->body = p;
         rs->body_cap = cap;
     }
-    memcpy(rs->body + rs->body_len, data, len);
+    size_t skip = rs->sink_final > rs->body_len ? rs->sink_final - rs->body_len : 0;
+    if (skip < len) /* bytes below sink_final are final already: never rewritten */
+        memcpy(rs->body + rs->body_len + skip, data + skip, len - skip);
     rs->body_len += len;
+    if (rs->on_body_rq)
+        rs->on_body_rq->on_body(rs->on_body_rq, rs);
     return len;
 }
 
@@ -313,6 +317,8 @@ static void response_init(struct s3_response *rs, const struct s3_request *rq)
         rs->body_cap = rq->sink_cap;
         rs->body_fixed = 1;
     }
+    if (rq->on_body)
+        rs->on_body_rq = rq;
 }
 
 /* Forget the previous attempt's answer, keeping the body buffer. */
@@ -321,11 +327,15 @@ static void response_rewind(struct s3_response *rs)
     char *body = rs->body, *err_body = rs->err_body;
     size_t body_cap = rs->body_cap;
     int fixed = rs->body_fixed;
+    size_t sink_final = rs->sink_final;
+    const struct s3_request *on_body_rq = rs->on_body_rq;
     memset(rs, 0, sizeof *rs);
     response_reset_headers(rs);
     rs->body = body;
     rs->body_cap = body_cap;
     rs->body_fixed = fixed;
+    rs->sink_final = sink_final;
+    rs->on_body_rq = on_body_rq;
     rs->err_body = err_body;
 }
 

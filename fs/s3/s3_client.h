@@ -93,6 +93,9 @@ struct s3_request {
     int max_retries;
     int quiet;                     /* don't log the final failure (mount check reports it itself) */
     atomic_uint_fast64_t *counter; /* bumped once per attempt */
+    /* Called after each piece of a 2xx body lands in sink (reads): may set
+     * rs->sink_final to make sink[0, sink_final) final (see s3_response). */
+    void (*on_body)(const struct s3_request *rq, struct s3_response *rs);
     /* Checks a 2xx answer: 0 ok, -EAGAIN retry, other negative: fail. */
     int (*check)(const struct s3_request *rq, struct s3_response *rs);
     const void *check_arg;
@@ -113,7 +116,11 @@ struct s3_response {
     char *body; /* 2xx body: the caller's sink, or malloc'ed */
     size_t body_len, body_cap;
     int body_fixed;
-    int overflow;       /* more body than the sink holds */
+    /* sink[0, sink_final) was handed out as final by on_body: kept across
+     * retries, a retried answer's bytes below it are not written again. */
+    size_t sink_final;
+    const struct s3_request *on_body_rq; /* the request whose on_body to call */
+    int overflow;                        /* more body than the sink holds */
     int past_eof;       /* 206 whose Content-Range starts at or past the object's end */
     int embedded_error; /* a 200 carried an <Error>: status is the one its code names */
     int attempts;       /* attempts made (> 1: the request was retried) */

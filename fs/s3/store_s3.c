@@ -363,7 +363,32 @@ struct read_want {
     uint64_t off;
     size_t len;
     const char *etag;
+    store_progress_fn progress; /* or NULL */
+    void *progress_arg;
 };
+
+/* Whether the headers of a 2xx answer show the asked version and range
+ * start, so its body bytes may be handed out before the answer is done. */
+static int answer_is_the_asked_bytes(const struct read_want *w, const struct s3_response *rs)
+{
+    if (w->etag && *w->etag && !(rs->etag[0] && s3_etag_equal(w->etag, rs->etag)))
+        return 0;
+    if (rs->status == 206)
+        return rs->has_range && rs->range_start == w->off && rs->range_end >= rs->range_start &&
+               rs->range_end - rs->range_start < w->len;
+    return rs->status == 200 && w->off == 0;
+}
+
+/* on_body of a progressive read: hand out the bytes that arrived. */
+static void read_on_body(const struct s3_request *rq, struct s3_response *rs)
+{
+    const struct read_want *w = rq->check_arg;
+    if (rs->body_len <= rs->sink_final || rs->body_len > w->len ||
+        !answer_is_the_asked_bytes(w, rs))
+        return;
+    rs->sink_final = rs->body_len;
+    w->progress(w->progress_arg, rs->body_len);
+}
 
 /* Validate a 2xx answer to a ranged GET: 0, -EAGAIN (short: retry), -ESTALE, -EIO. */
 static int check_read(const struct s3_request *rq, struct s3_response *rs)
@@ -387,8 +412,9 @@ static int check_read(const struct s3_request *rq, struct s3_response *rs)
     return w->off == 0 ? 0 : -EIO;
 }
 
-static int s3_read(struct store *base, const char *path, const char *etag, uint64_t off, size_t len,
-                   void *buf, size_t *nread)
+static int s3_read_progressive(struct store *base, const char *path, const char *etag, uint64_t off,
+                               size_t len, void *buf, size_t *nread, store_progress_fn progress,
+                               void *arg)
 {
     struct s3_store *s = (struct s3_store *)base;
     *nread = 0;
@@ -401,7 +427,7 @@ static int s3_read(struct store *base, const char *path, const char *etag, uint6
     char *key = s3_store_key(s, path);
     if (!key)
         return -ENOMEM;
-    struct read_want want = {off, len, etag};
+    struct read_want want = {off, len, etag, progress, arg};
     struct s3_request rq = {.what = "GET",
                             .method = "GET",
                             .key = key,
@@ -415,6 +441,7 @@ static int s3_read(struct store *base, const char *path, const char *etag, uint6
                             .sink_cap = len,
                             .max_retries = s->max_retries,
                             .counter = &s->base.counters.get_requests,
+                            .on_body = progress ? read_on_body : NULL,
                             .check = check_read,
                             .check_arg = &want};
     struct s3_response rs;
@@ -430,6 +457,12 @@ static int s3_read(struct store *base, const char *path, const char *etag, uint6
     s3_response_free(&rs);
     free(key);
     return rc;
+}
+
+static int s3_read(struct store *base, const char *path, const char *etag, uint64_t off, size_t len,
+                   void *buf, size_t *nread)
+{
+    return s3_read_progressive(base, path, etag, off, len, buf, nread, NULL, NULL);
 }
 
 /* ---- destroy ------------------------------------------------------------ */
@@ -454,6 +487,7 @@ static const struct store_ops s3_ops = {
     .list = s3_list,
     .list_below = s3_list_below,
     .read = s3_read,
+    .read_progressive = s3_read_progressive,
     .put = s3_store_put,
     .mpu_begin = s3_store_mpu_begin,
     .mpu_part = s3_store_mpu_part,

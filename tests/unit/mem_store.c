@@ -58,6 +58,11 @@ struct mem_store {
     uint64_t calls[MEM_OP_COUNT];
     mem_store_hook_fn hook;
     void *hook_arg;
+    /* progressive reads: bytes "arrive" stream_chunk at a time, stream_us
+     * apart; with stream_err, the read fails once stream_fail_at arrived */
+    size_t stream_chunk, stream_fail_at;
+    unsigned stream_us;
+    int stream_err;
 };
 
 static struct mem_store *to_mem(struct store *s)
@@ -353,6 +358,35 @@ static int mem_read(struct store *s, const char *path, const char *etag, uint64_
         atomic_fetch_add(&s->counters.get_bytes, *nread);
     }
     return leave(m, rc, lost);
+}
+
+/* read_progressive: the read, then its bytes handed out as they "arrive"
+ * (mem_store_stream), or all at once. */
+static int mem_read_progressive(struct store *s, const char *path, const char *etag, uint64_t off,
+                                size_t len, void *buf, size_t *nread, store_progress_fn progress,
+                                void *arg)
+{
+    struct mem_store *m = to_mem(s);
+    int rc = mem_read(s, path, etag, off, len, buf, nread);
+    if (rc < 0 || !progress)
+        return rc;
+    pthread_mutex_lock(&m->lock);
+    size_t chunk = m->stream_chunk ? m->stream_chunk : *nread;
+    size_t fail_at = m->stream_err ? m->stream_fail_at : SIZE_MAX;
+    unsigned us = m->stream_us;
+    int err = m->stream_err;
+    pthread_mutex_unlock(&m->lock);
+    for (size_t ready = 0; ready < *nread;) {
+        if (ready >= fail_at) {
+            *nread = 0;
+            return err;
+        }
+        if (us)
+            usleep(us);
+        ready = *nread - ready < chunk ? *nread : ready + chunk;
+        progress(arg, ready < fail_at ? ready : fail_at);
+    }
+    return 0;
 }
 
 static int mem_put(struct store *s, const char *path, int fd, uint64_t len,
@@ -706,6 +740,7 @@ static const struct store_ops mem_ops = {
     .stat = mem_stat,
     .list = mem_list,
     .read = mem_read,
+    .read_progressive = mem_read_progressive,
     .put = mem_put,
     .mpu_begin = mem_mpu_begin,
     .mpu_part = mem_mpu_part,
@@ -821,6 +856,16 @@ void mem_store_delay(struct mem_store *m, enum mem_op op, unsigned usec)
     for (int i = 0; i < MEM_OP_COUNT; i++)
         if (op == MEM_OP_ALL || (int)op == i)
             m->delay_us[i] = usec;
+    pthread_mutex_unlock(&m->lock);
+}
+
+void mem_store_stream(struct mem_store *m, size_t chunk, unsigned usec, size_t fail_at, int err)
+{
+    pthread_mutex_lock(&m->lock);
+    m->stream_chunk = chunk;
+    m->stream_us = usec;
+    m->stream_fail_at = fail_at;
+    m->stream_err = err;
     pthread_mutex_unlock(&m->lock);
 }
 

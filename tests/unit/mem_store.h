@@ -94,6 +94,10 @@ void mem_store_fail(struct mem_store *m, enum mem_op op, int err, int times);
 void mem_store_lose_answer(struct mem_store *m, enum mem_op op, int err, int times);
 /* Every call of op sleeps usec microseconds first (without the lock). */
 void mem_store_delay(struct mem_store *m, enum mem_op op, unsigned usec);
+/* Progressive reads (read_progressive) hand out their bytes chunk bytes
+ * at a time, usec apart (chunk 0: all at once); with err (negative errno)
+ * the read fails once fail_at bytes were handed out. */
+void mem_store_stream(struct mem_store *m, size_t chunk, unsigned usec, size_t fail_at, int err);
 /* Sets (or with NULL clears) the hook run at the start of every call. */
 void mem_store_set_hook(struct mem_store *m, mem_store_hook_fn fn, void *arg);
 /* Smallest part but the last that mpu_complete accepts (default

@@ -322,6 +322,33 @@ Test(cache, other_errors_are_not_remembered, .init = setup, .fini = teardown)
     cr_assert_eq(mem_store_calls(store, MEM_OP_READ), 2);
 }
 
+Test(cache, blocks_are_ready_as_their_bytes_arrive, .init = setup, .fini = teardown)
+{
+    mem_store_stream(store, 64 * KiB, 200 * 1000, 0, 0);               /* a block every 200 ms */
+    cr_assert_eq(cache_prefetch(cache, obj, 0, 256 * KiB), 256 * KiB); /* one 4-block GET */
+    check_range(0, 64 * KiB);
+    struct cache_stats st;
+    cache_get_stats(cache, &st);
+    cr_assert_lt(st.prefetched_bytes, 256 * KiB, "the reader waited for the whole GET");
+    check_range(0, 256 * KiB);
+    cr_assert_eq(mem_store_calls(store, MEM_OP_READ), 1);
+}
+
+Test(cache, a_fetch_failing_midway_keeps_the_blocks_that_arrived, .init = setup, .fini = teardown)
+{
+    mem_store_stream(store, 64 * KiB, 0, 128 * KiB + 100, -EIO);
+    cr_assert_eq(cache_prefetch(cache, obj, 0, 256 * KiB), 256 * KiB);
+    wait_fetch_errors(1);
+    struct cache_stats st;
+    cache_get_stats(cache, &st);
+    cr_assert_eq(st.bytes_cached, 128 * KiB, "the two whole blocks stay, the rest fails");
+    mem_store_stream(store, 0, 0, 0, 0);
+    check_range(0, 128 * KiB);
+    cr_assert_eq(mem_store_calls(store, MEM_OP_READ), 1, "kept blocks are not fetched again");
+    check_range(128 * KiB, 128 * KiB);
+    cr_assert_eq(mem_store_calls(store, MEM_OP_READ), 2);
+}
+
 Test(cache, objects_are_shared_by_version, .init = setup, .fini = teardown)
 {
     int was;
