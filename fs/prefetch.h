@@ -29,7 +29,7 @@
 #include <stdint.h>
 
 /* Speculation ahead of a run <= run bytes / PREFETCH_SPEC_DIV. */
-#define PREFETCH_SPEC_DIV 16
+#define PREFETCH_SPEC_DIV 32
 /* An item starting this close after the end of the previous one continues
  * the run (layouts may pad between items). */
 #define PREFETCH_GAP (64u << 10)
