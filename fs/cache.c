@@ -16,8 +16,9 @@
  *    object answers again (CACHE_TIMEOUT_LINGER_MS in cache.h).
  * Waiters pin a block (pins > 0) and sleep on the condition variable its
  * (object, index) hashes to, broadcast when a block with waiters leaves
- * FETCHING (one of WAIT_CONDS: a published block wakes few threads). Pinned blocks are never
- * evicted. I/O and copies happen with the lock dropped.
+ * FETCHING (one of WAIT_CONDS: a published block wakes few threads).
+ * Pinned blocks are never evicted. I/O and copies happen with the lock
+ * dropped.
  */
 #include "cache.h"
 
@@ -420,6 +421,13 @@ static int timed_out_lately_locked(struct cache *c, const struct cache_obj *o, u
     return 0;
 }
 
+/* Whether block idx of o is neither held nor recently timed out: a run to
+ * fetch may claim it (lock held). */
+static int block_claimable_locked(struct cache *c, struct cache_obj *o, uint64_t idx)
+{
+    return !block_find(c, o, idx) && !timed_out_lately_locked(c, o, idx);
+}
+
 /* A run of blocks being fetched: blocks [first, first+published) are READY
  * already, the rest FETCHING and owned by the fetching thread. */
 struct fetch {
@@ -454,6 +462,13 @@ static void fetch_publish_next_locked(struct fetch *f)
     f->published_bytes += b->len;
 }
 
+/* Whether f's next unpublished block lies whole in buf[0, ready). */
+static int fetch_next_block_in(const struct fetch *f, size_t ready)
+{
+    return f->published < f->n &&
+           ready >= f->published_bytes + block_len(f->c, f->o, f->first + f->published);
+}
+
 /* store_progress_fn: publish the blocks whose bytes are all final, so
  * readers waiting for them go on while the rest of the GET arrives. */
 static void fetch_progress(void *arg, size_t ready)
@@ -461,12 +476,10 @@ static void fetch_progress(void *arg, size_t ready)
     struct fetch *f = arg;
     struct cache *c = f->c;
     /* Only this thread changes f: no lock to find that no block is whole yet. */
-    if (f->published == f->n ||
-        ready < f->published_bytes + block_len(c, f->o, f->first + f->published))
+    if (!fetch_next_block_in(f, ready))
         return;
     pthread_mutex_lock(&c->lock);
-    while (f->published < f->n &&
-           ready >= f->published_bytes + block_len(c, f->o, f->first + f->published))
+    while (fetch_next_block_in(f, ready))
         fetch_publish_next_locked(f);
     pthread_mutex_unlock(&c->lock);
 }
@@ -576,8 +589,7 @@ ssize_t cache_read(struct cache *c, struct cache_obj *o, uint64_t off, size_t le
             }
             /* Miss: claim the run of missing blocks from here and fetch it. */
             uint32_t n = 0;
-            while (idx + n <= last && !block_find(c, o, idx + n) &&
-                   (n == 0 || !timed_out_lately_locked(c, o, idx + n)))
+            while (idx + n <= last && block_claimable_locked(c, o, idx + n))
                 n++;
             make_room_locked(c, (uint64_t)n * bs, 0);
             for (uint32_t i = 0; i < n; i++) {
@@ -646,13 +658,12 @@ uint64_t cache_prefetch_split(struct cache *c, struct cache_obj *o, uint64_t off
 
     pthread_mutex_lock(&c->lock);
     for (uint64_t idx = first; idx <= last;) {
-        if (block_find(c, o, idx) || timed_out_lately_locked(c, o, idx)) {
+        if (!block_claimable_locked(c, o, idx)) {
             idx++;
             continue;
         }
         uint32_t n = 0;
-        while (n < max_run && idx + n <= last && !block_find(c, o, idx + n) &&
-               (n == 0 || !timed_out_lately_locked(c, o, idx + n)))
+        while (n < max_run && idx + n <= last && block_claimable_locked(c, o, idx + n))
             n++;
         uint64_t bytes = 0;
         for (uint32_t i = 0; i < n; i++)
