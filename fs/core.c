@@ -799,13 +799,14 @@ int core_stats_json(struct core *core, char *buf, size_t len)
     const struct store_counters *sc = &core->store->counters;
 #define U(x) (unsigned long long)(x)
 #define A(x) U(atomic_load(&sc->x))
-    char writes[1024];
+    char writes[1536];
     snprintf(writes, sizeof writes,
              "\"write\": {\"enabled\": %s, \"fsync\": \"%s\", \"write_bytes\": %llu, "
              "\"files_staged\": %llu, \"files_published\": %llu, \"bytes_uploaded\": %llu, "
              "\"pending_files\": %llu, \"pending_bytes\": %llu, \"staged_bytes\": %llu, "
              "\"upload_failures\": %llu, \"commits\": %llu, \"commit_timeouts\": %llu, "
-             "\"budget_waits\": %llu, \"recovered_files\": %llu, \"put_requests\": %llu, "
+             "\"budget_waits\": %llu, \"upload_yields\": %llu, \"upload_yield_s\": %.3f, "
+             "\"recovered_files\": %llu, \"put_requests\": %llu, "
              "\"put_bytes\": %llu, \"mpu_begin_requests\": %llu, \"part_requests\": %llu, "
              "\"complete_requests\": %llu, \"abort_requests\": %llu, "
              "\"upload_list_requests\": %llu, \"copy_requests\": %llu, "
@@ -813,10 +814,10 @@ int core_stats_json(struct core *core, char *buf, size_t len)
              core->stage ? "true" : "false", core->cfg.stage.fsync_remote ? "remote" : "staged",
              U(ws.write_bytes), U(ws.files_staged), U(ws.files_published), U(ws.bytes_uploaded),
              U(ws.pending_files), U(ws.pending_bytes), U(ws.staged_bytes), U(ws.upload_failures),
-             U(ws.commits), U(ws.commit_timeouts), U(ws.budget_waits), U(ws.recovered_files),
-             A(put_requests), A(put_bytes), A(mpu_begin_requests), A(part_requests),
-             A(complete_requests), A(abort_requests), A(upload_list_requests), A(copy_requests),
-             A(delete_requests), ws.last_publish);
+             U(ws.commits), U(ws.commit_timeouts), U(ws.budget_waits), U(ws.upload_yields),
+             ws.upload_yield_seconds, U(ws.recovered_files), A(put_requests), A(put_bytes),
+             A(mpu_begin_requests), A(part_requests), A(complete_requests), A(abort_requests),
+             A(upload_list_requests), A(copy_requests), A(delete_requests), ws.last_publish);
 #undef A
 #undef U
     return snprintf(

@@ -54,6 +54,18 @@ double stage_now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+void stage_waiter_enter(struct stage *st)
+{
+    st->upload_waiters++;
+    pthread_cond_broadcast(&st->changed); /* uploads yielding to writers: go */
+}
+
+void stage_waiter_leave(struct stage *st)
+{
+    assert(st->upload_waiters > 0);
+    st->upload_waiters--;
+}
+
 int64_t wall_seconds(void)
 {
     return (int64_t)time(NULL);
@@ -381,15 +393,16 @@ static int wait_published(struct stage *st, struct wfile *wf, uint64_t v, const 
     double start = stage_now(), logged = start;
     wf->retry_at = 0; /* someone waits: retry a failed upload now */
     upload_kick(st, wf);
+    stage_waiter_enter(st);
+    int rc = 0;
     while (!(wf->synced_version >= v && !wf->unlinked)) {
         if (wf->unlinked)
-            return 0; /* removed meanwhile: nothing left to wait for */
-        if (wf->commit == COMMIT_BLOCKED && wf->commit_version == wf->version)
-            return -EIO;
-        if (wf->attempts > attempts && wf->error)
-            return -EIO;
-        if (st->stopping)
-            return -EIO;
+            break; /* removed meanwhile: nothing left to wait for */
+        if ((wf->commit == COMMIT_BLOCKED && wf->commit_version == wf->version) ||
+            (wf->attempts > attempts && wf->error) || st->stopping) {
+            rc = -EIO;
+            break;
+        }
         double now = stage_now();
         if (now - logged >= 5) {
             logged = now;
@@ -400,7 +413,8 @@ static int wait_published(struct stage *st, struct wfile *wf, uint64_t v, const 
         ts.tv_sec += 1;
         pthread_cond_timedwait(&st->changed, &st->lock, &ts);
     }
-    return 0;
+    stage_waiter_leave(st);
+    return rc;
 }
 
 /* ---- public: files ----------------------------------------------------- */
@@ -572,10 +586,16 @@ static int uploads_can_drain(struct stage *st)
 /* Wait until growing by `grow` bytes fits the budget (lock held). */
 static int wait_for_room(struct stage *st, uint64_t grow)
 {
+    if (!st->cfg.budget || st->staged_bytes + grow <= st->cfg.budget)
+        return 0;
     double logged = 0;
-    while (st->cfg.budget && st->staged_bytes + grow > st->cfg.budget) {
-        if (!uploads_can_drain(st))
-            return -ENOSPC;
+    int rc = 0;
+    stage_waiter_enter(st);
+    while (st->staged_bytes + grow > st->cfg.budget) {
+        if (!uploads_can_drain(st)) {
+            rc = -ENOSPC;
+            break;
+        }
         double now = stage_now();
         if (now - logged > 10) {
             if (!logged)
@@ -590,7 +610,8 @@ static int wait_for_room(struct stage *st, uint64_t grow)
         ts.tv_sec += 1;
         pthread_cond_timedwait(&st->changed, &st->lock, &ts);
     }
-    return 0;
+    stage_waiter_leave(st);
+    return rc;
 }
 
 /* pwrite all of buf; a full disk waits for uploads while they drain. */
@@ -615,10 +636,12 @@ static ssize_t write_staging(struct stage *st, struct wfile *wf, const void *buf
             if (!waited++)
                 log_warn("stage: the staging disk (%s) is full: writes wait for uploads",
                          st->files_dir);
+            stage_waiter_enter(st);
             struct timespec ts;
             clock_gettime(CLOCK_REALTIME, &ts);
             ts.tv_sec += 1;
             pthread_cond_timedwait(&st->changed, &st->lock, &ts);
+            stage_waiter_leave(st);
         }
         pthread_mutex_unlock(&st->lock);
         if (!can)
@@ -677,6 +700,7 @@ void stage_write_end(struct stage *st, struct wfile *wf, uint64_t off, size_t le
         wf->parts[p - 1].gen++;
     }
     wf->mtime = wall_seconds();
+    st->last_write_at = stage_now();
     if (written > 0)
         st->stats.write_bytes += (uint64_t)written;
     upload_kick(st, wf);

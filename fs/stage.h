@@ -36,6 +36,12 @@ struct stage_config {
     int upload_workers;     /* upload threads */
     double hold_seconds;    /* how long a *.tmp file waits for its rename */
     double retry_max_delay; /* longest pause between upload attempts after failures */
+    /* Staged mode: how contended the CPUs are at monotonic time now, as the
+     * share (0..1) of time some task waited for one, -1 if unknown; uploads
+     * yield to writers at 0.2 and above. NULL = read /proc/pressure/cpu (and
+     * never yield if the kernel has no such file). */
+    double (*cpu_pressure)(void *arg, double now);
+    void *cpu_pressure_arg;
     /* Called (without locks) when a file's upload completes: path, and the
      * object's new attributes (size, mtime now, etag from the store). */
     void (*on_publish)(void *arg, const char *path, const struct store_stat *st);
@@ -46,20 +52,22 @@ struct stage_config {
 void stage_config_defaults(struct stage_config *cfg);
 
 struct stage_stats {
-    uint64_t write_bytes;     /* bytes written by clients */
-    uint64_t files_staged;    /* files that entered staging */
-    uint64_t files_published; /* uploads completed */
-    uint64_t bytes_uploaded;  /* bytes of completed objects */
-    uint64_t upload_failures; /* upload attempts that failed for good */
-    uint64_t commits;         /* commit files published after their check */
-    uint64_t commit_timeouts; /* commit files blocked at --commit-timeout */
-    uint64_t budget_waits;    /* writes that waited for staging space */
-    uint64_t recovered_files; /* files taken over from the journal at mount */
-    uint64_t pending_files;   /* staged files not yet clean (now) */
-    uint64_t pending_bytes;   /* their bytes (now) */
-    uint64_t staged_bytes;    /* bytes in staging (now) */
-    uint64_t budget;          /* bytes staging may hold */
-    double last_publish;      /* wall-clock time of the last completed upload, 0 if none */
+    uint64_t write_bytes;        /* bytes written by clients */
+    uint64_t files_staged;       /* files that entered staging */
+    uint64_t files_published;    /* uploads completed */
+    uint64_t bytes_uploaded;     /* bytes of completed objects */
+    uint64_t upload_failures;    /* upload attempts that failed for good */
+    uint64_t commits;            /* commit files published after their check */
+    uint64_t commit_timeouts;    /* commit files blocked at --commit-timeout */
+    uint64_t budget_waits;       /* writes that waited for staging space */
+    uint64_t upload_yields;      /* upload jobs that waited for writers on a busy CPU */
+    double upload_yield_seconds; /* the time they waited, summed */
+    uint64_t recovered_files;    /* files taken over from the journal at mount */
+    uint64_t pending_files;      /* staged files not yet clean (now) */
+    uint64_t pending_bytes;      /* their bytes (now) */
+    uint64_t staged_bytes;       /* bytes in staging (now) */
+    uint64_t budget;             /* bytes staging may hold */
+    double last_publish;         /* wall-clock time of the last completed upload, 0 if none */
 };
 
 /* Open the staging area: lock cfg->dir (one mount per cache directory),

@@ -8,6 +8,7 @@
  */
 #include "stage.h"
 
+#include "cpu_pressure.h"
 #include "log.h"
 #include "strutil.h"
 #include "wfile.h"
@@ -61,7 +62,7 @@ int stage_sync(struct stage *st, const char *dir)
             seal(st, wf);
         upload_kick(st, wf);
     }
-    pthread_cond_broadcast(&st->changed);
+    stage_waiter_enter(st);
     double start = stage_now(), logged = start;
     for (;;) {
         size_t left = 0, failed = 0;
@@ -98,6 +99,7 @@ int stage_sync(struct stage *st, const char *dir)
         ts.tv_sec += 1;
         pthread_cond_timedwait(&st->changed, &st->lock, &ts);
     }
+    stage_waiter_leave(st);
     for (size_t i = 0; i < n; i++)
         wfile_unref(st, t[i].wf);
     pthread_mutex_unlock(&st->lock);
@@ -152,6 +154,11 @@ static void *supervisor_main(void *arg)
 }
 
 /* ---- open and close ---------------------------------------------------- */
+
+static double psi_share(void *arg, double now)
+{
+    return cpu_pressure_share(arg, now);
+}
 
 static void read_boot_id(char *buf, size_t len)
 {
@@ -251,6 +258,15 @@ int stage_open(struct store *store, const char *store_name, const struct stage_c
     free(jdir);
     if (rc == 0 && st->cfg.budget == 0)
         st->cfg.budget = disk_budget(cfg->dir);
+    if (rc == 0 && !cfg->fsync_remote && !cfg->cpu_pressure) {
+        if (cpu_pressure_open(CPU_PRESSURE_FILE, &st->psi) == 0) {
+            st->cfg.cpu_pressure = psi_share;
+            st->cfg.cpu_pressure_arg = st->psi;
+        } else {
+            log_info("stage: no CPU pressure information (%s): uploads do not yield to writers",
+                     CPU_PRESSURE_FILE);
+        }
+    }
     if (rc == 0 && (rc = workq_create(cfg->upload_workers, &st->uploads)) < 0)
         snprintf(err, errlen, "cannot start upload workers: %s", strerror(-rc));
     if (rc == 0) {
@@ -377,6 +393,7 @@ void stage_close(struct stage *st)
         log_warn("stage: %zu staged file%s left for the next mount with cache dir %s", kept,
                  kept == 1 ? "" : "s", st->cfg.dir);
     journal_close(st->journal);
+    cpu_pressure_close(st->psi);
     if (st->files_dirfd >= 0)
         close(st->files_dirfd);
     if (st->lock_fd >= 0)

@@ -29,6 +29,12 @@
 
 enum job_kind { JOB_PUT, JOB_BEGIN, JOB_PART, JOB_COMPLETE, JOB_ABORT };
 
+/* Staged mode, on a busy CPU: upload jobs wait while writes arrived within
+ * this many seconds and the CPU pressure (share of time some task waited
+ * for a CPU) is at least UPLOAD_YIELD_PRESSURE. */
+#define UPLOAD_YIELD_QUIET 0.1
+#define UPLOAD_YIELD_PRESSURE 0.2
+
 /* A multipart upload whose completion failed this many times in a row (each
  * after the store client's own retries) is aborted and sent again. */
 #define COMPLETE_GIVE_UP 3
@@ -397,6 +403,42 @@ static void landed(struct stage *st, struct job *j, const char *etag)
     pthread_mutex_lock(&st->lock);
 }
 
+/* 1 if an upload job should wait before it starts, yielding to the writers
+ * (lock held). Only in staged mode, where nobody waits for uploads unless a
+ * sync, a remote fsync or a full staging area says so; only while writes
+ * keep arriving; and only while the CPUs are contended, so on a machine
+ * with CPU to spare the uploads still overlap the writes. */
+static int uploads_yield(struct stage *st)
+{
+    if (st->cfg.fsync_remote || !st->cfg.cpu_pressure || st->draining || st->stopping ||
+        st->upload_waiters > 0)
+        return 0;
+    double now = stage_now();
+    if (now - st->last_write_at >= UPLOAD_YIELD_QUIET)
+        return 0;
+    return st->cfg.cpu_pressure(st->cfg.cpu_pressure_arg, now) >= UPLOAD_YIELD_PRESSURE;
+}
+
+/* Wait while uploads yield to the writers (lock held). */
+static void yield_to_writers(struct stage *st)
+{
+    if (!uploads_yield(st))
+        return;
+    double start = stage_now();
+    st->stats.upload_yields++;
+    do {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += (long)(UPLOAD_YIELD_QUIET / 2 * 1e9);
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&st->changed, &st->lock, &ts);
+    } while (uploads_yield(st));
+    st->stats.upload_yield_seconds += stage_now() - start;
+}
+
 static void run_job(void *arg)
 {
     struct job *j = arg;
@@ -404,7 +446,9 @@ static void run_job(void *arg)
     static _Thread_local int niced;
     if (!niced && !st->cfg.fsync_remote) {
         /* In staged mode the trainer waits for its writes, not for uploads:
-         * let it have the CPU first. */
+         * let it have the CPU first. (Within this process's scheduling group
+         * only: under autogroups or cgroups the daemon competes with the
+         * trainer as a whole, hence also yield_to_writers.) */
         setpriority(PRIO_PROCESS, (id_t)gettid(), 19);
         niced = 1;
     }
@@ -413,6 +457,8 @@ static void run_job(void *arg)
     char etag[STORE_ETAG_MAX] = "", upload_id[STORE_UPLOAD_ID_MAX] = "";
     int rc = -ESHUTDOWN;
     pthread_mutex_lock(&st->lock);
+    if (j->kind != JOB_ABORT)
+        yield_to_writers(st);
     int stop = st->stopping;
     if (j->kind == JOB_BEGIN && !stop) {
         /* The journal names the key before the store hears of the upload,

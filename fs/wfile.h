@@ -136,7 +136,10 @@ struct stage {
     struct wfile *files;                /* every wfile, for walks */
     uint64_t staged_bytes;              /* sum of sizes of every wfile */
     int stopping;
-    int draining; /* unmount: publish held files now, no hold */
+    int draining;             /* unmount: publish held files now, no hold */
+    double last_write_at;     /* stage_now() of the latest write */
+    int upload_waiters;       /* threads waiting for uploads (sync, fsync, room) */
+    struct cpu_pressure *psi; /* the kernel's CPU pressure file, if cfg.cpu_pressure reads it */
     pthread_t supervisor;
     int supervisor_started;
     struct stage_stats stats;
@@ -190,6 +193,11 @@ void table_remove(struct stage *st, struct wfile *wf);
 struct wfile **collect(struct stage *st, int (*pick)(const struct wfile *, const void *),
                        const void *arg, size_t *n);
 void release_all(struct stage *st, struct wfile **v, size_t n);
+
+/* A thread starts / stops waiting for uploads to progress (lock held):
+ * while any waits, uploads do not yield to writers. */
+void stage_waiter_enter(struct stage *st);
+void stage_waiter_leave(struct stage *st);
 
 /* The wfile named path, or NULL (lock held). */
 struct wfile *stage_find_locked(struct stage *st, const char *path);

@@ -12,6 +12,7 @@
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +29,17 @@ static struct mem_store *mem;
 static struct stage *st;
 static struct stage_config cfg;
 
+/* The CPU pressure the stager sees (staged mode's uploads yield to writers
+ * at 0.2 and above). */
+static _Atomic double pressure_now;
+
+static double test_pressure(void *arg, double t)
+{
+    (void)arg;
+    (void)t;
+    return pressure_now;
+}
+
 static void open_stage(void)
 {
     char err[256] = "";
@@ -38,6 +50,7 @@ static void open_stage(void)
 static void setup(void)
 {
     cr_assert_not_null(mkdtemp(dir));
+    pressure_now = 0;
     mem = mem_store_new();
     mem_store_set_min_part(mem, 0);
     stage_config_defaults(&cfg);
@@ -47,6 +60,7 @@ static void setup(void)
     cfg.hold_seconds = 0.2;
     cfg.retry_max_delay = 0.05;
     cfg.commit_timeout = 20;
+    cfg.cpu_pressure = test_pressure; /* not the machine's: tests set it */
     open_stage();
 }
 
@@ -582,4 +596,125 @@ Test(stage, a_second_mount_of_the_same_cache_dir_is_refused)
     cr_assert_eq(stage_open(mem_store_base(mem), "mem://test", &cfg, &other, err, sizeof err),
                  -EBUSY);
     cr_assert(strstr(err, "in use") != NULL, "%s", err);
+}
+
+/* ---- staged uploads yield to writers on a busy CPU (upload.c) ---------- */
+
+struct busy_writer {
+    pthread_t thread;
+    atomic_int stop;
+    struct wfile *wf;
+};
+
+/* Rewrite the first 4 KiB of an open file every 5 ms (no part ever fills,
+ * so this file itself sends nothing) until told to stop. */
+static void *busy_main(void *arg)
+{
+    struct busy_writer *b = arg;
+    unsigned char block[4096];
+    memset(block, 7, sizeof block);
+    while (!b->stop) {
+        cr_assert_eq(stage_write(st, b->wf, block, sizeof block, 0), (ssize_t)sizeof block);
+        usleep(5000);
+    }
+    return NULL;
+}
+
+static void busy_start(struct busy_writer *b)
+{
+    b->stop = 0;
+    cr_assert_eq(stage_create(st, "busy", &b->wf), 0);
+    stage_writer_open(st, b->wf);
+    cr_assert_eq(pthread_create(&b->thread, NULL, busy_main, b), 0);
+}
+
+static void busy_stop(struct busy_writer *b)
+{
+    b->stop = 1;
+    pthread_join(b->thread, NULL);
+    stage_writer_close(st, b->wf);
+    stage_put(st, b->wf);
+}
+
+static void reopen_staged(void)
+{
+    stage_close(st);
+    cfg.fsync_remote = 0;
+    open_stage();
+}
+
+static int wait_stored(const char *path, double seconds)
+{
+    double t0 = now();
+    while (!stored(path) && now() - t0 < seconds)
+        usleep(2000);
+    return stored(path);
+}
+
+Test(stage, staged_uploads_wait_for_writers_on_a_busy_cpu)
+{
+    reopen_staged();
+    pressure_now = 0.9;
+    struct busy_writer b;
+    busy_start(&b);
+    unsigned char *d = pattern(3000, 21);
+    write_whole("a", d, 3000, 1000);
+    usleep(400000);
+    cr_assert_not(stored("a"), "uploaded while the writers had the busy CPU");
+    busy_stop(&b);
+    cr_assert(wait_stored("a", 2), "not uploaded once the writes stopped");
+    assert_stored("a", d, 3000);
+    struct stage_stats s;
+    stage_get_stats(st, &s);
+    cr_assert_geq(s.upload_yields, 1);
+    cr_assert_gt(s.upload_yield_seconds, 0.3);
+    cr_assert_eq(stage_sync(st, ""), 0);
+    free(d);
+}
+
+Test(stage, staged_uploads_overlap_writes_on_an_idle_cpu)
+{
+    reopen_staged();
+    pressure_now = 0.1;
+    struct busy_writer b;
+    busy_start(&b);
+    unsigned char *d = pattern(3000, 22);
+    write_whole("a", d, 3000, 1000);
+    cr_assert(wait_stored("a", 2), "not uploaded while writes went on with CPU to spare");
+    busy_stop(&b);
+    struct stage_stats s;
+    stage_get_stats(st, &s);
+    cr_assert_eq(s.upload_yields, 0);
+    cr_assert_eq(stage_sync(st, ""), 0);
+    free(d);
+}
+
+Test(stage, a_sync_ends_the_yield)
+{
+    reopen_staged();
+    pressure_now = 1.0;
+    struct busy_writer b;
+    busy_start(&b);
+    unsigned char *d = pattern(3000, 23);
+    write_whole("dir/a", d, 3000, 1000);
+    usleep(200000);
+    cr_assert_not(stored("dir/a"));
+    double t0 = now();
+    cr_assert_eq(stage_sync(st, "dir"), 0);
+    cr_assert_lt(now() - t0, 2, "sync waited for the writers");
+    assert_stored("dir/a", d, 3000);
+    busy_stop(&b);
+    free(d);
+}
+
+Test(stage, remote_mode_uploads_never_yield)
+{
+    pressure_now = 1.0; /* fsync_remote: the writer waits for its uploads */
+    struct busy_writer b;
+    busy_start(&b);
+    unsigned char *d = pattern(3000, 24);
+    write_whole("a", d, 3000, 1000);
+    cr_assert(wait_stored("a", 2));
+    busy_stop(&b);
+    free(d);
 }

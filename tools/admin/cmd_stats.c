@@ -157,6 +157,9 @@ static void print_summary(const char *mnt, json_t *j)
            num(j, "write.upload_failures"), num(j, "write.commits"),
            num(j, "write.commit_timeouts"), num(j, "write.budget_waits"),
            num(j, "write.recovered_files"));
+    if (num(j, "write.upload_yields") > 0)
+        printf("  %.0f uploads waited %.1f s for writers on a busy CPU (staged mode)\n",
+               num(j, "write.upload_yields"), num(j, "write.upload_yield_s"));
 }
 
 /* Every counter of b (dotted names), as (b - a) / secs, into rates. Gauges
