@@ -55,8 +55,23 @@ struct build_job {
     struct ckindex *ci;
     char fingerprint[IDXDB_FP_MAX];
     char etag[STORE_ETAG_MAX]; /* of the .metadata version fingerprinted */
+    /* A .metadata this mount published: its bytes and the files it names
+     * with their sizes on the store (NULL/0: read the store). */
+    void *bytes;
+    size_t len;
+    struct ckpt_io_known_file *files;
+    size_t nfiles;
     char dir[];
 };
+
+static void build_job_free(struct build_job *j)
+{
+    for (size_t i = 0; i < j->nfiles; i++)
+        free((char *)j->files[i].name);
+    free(j->files);
+    free(j->bytes);
+    free(j);
+}
 
 static size_t dir_bucket(const char *dir, size_t len)
 {
@@ -154,6 +169,31 @@ static int build_pinned(struct ckindex *ci, const char *dir, const char *key, co
     return rc;
 }
 
+/* Build from what this mount published (no store requests): 0, or an error
+ * after which the store is read instead. */
+static int build_from_snapshot(struct ckindex *ci, const struct build_job *j, const char *key,
+                               uint64_t *id, struct ckpt_err *e)
+{
+    char *mpath = ckpt_path_join(j->dir, ".metadata");
+    if (!mpath)
+        return -ENOMEM;
+    struct ckpt_io_snapshot snap = {ci->store, j->dir,   mpath,    j->bytes,
+                                    j->len,    j->files, j->nfiles};
+    struct ckpt_io io;
+    ckpt_io_from_snapshot(&io, &snap);
+    struct ckpt_load_options opt;
+    ckpt_load_options_default(&opt);
+    struct ckpt *c = NULL;
+    int rc = ckpt_load_file(&io, j->dir, ".metadata", &opt, &c, e);
+    if (rc == 0)
+        rc = idxdb_put(ci->db, key, j->fingerprint, c, id, e);
+    if (rc == 0)
+        log_info("index: built %s as published (%u items in %u files)", key, c->nitems, c->nfiles);
+    ckpt_free(c);
+    free(mpath);
+    return rc;
+}
+
 static void build_job_run(void *arg)
 {
     struct build_job *j = arg;
@@ -171,7 +211,17 @@ static void build_job_run(void *arg)
             break;
         }
         struct ckpt_err e = {0};
-        int rc = build_pinned(ci, j->dir, key, j->etag, j->fingerprint, &id, &e);
+        int rc = -ENOENT;
+        if (j->bytes && tries == 1) {
+            rc = build_from_snapshot(ci, j, key, &id, &e);
+            if (rc != 0) {
+                log_info("index: %s as published: %s; reading the store", key,
+                         e.msg[0] ? e.msg : ckpt_strerror(rc));
+                e = (struct ckpt_err){0};
+            }
+        }
+        if (rc != 0)
+            rc = build_pinned(ci, j->dir, key, j->etag, j->fingerprint, &id, &e);
         if (rc == 0) {
             finish_build(ci, j->dir, j->fingerprint, DIR_READY, id, 0);
             break;
@@ -200,10 +250,13 @@ static void build_job_run(void *arg)
         break;
     }
     free(key);
-    free(j);
+    build_job_free(j);
 }
 
-void ckindex_notice(struct ckindex *ci, const char *dir, const struct store_stat *metadata)
+/* The build job for dir, or NULL (already built or building this version,
+ * or out of memory). */
+static struct build_job *notice_job(struct ckindex *ci, const char *dir,
+                                    const struct store_stat *metadata)
 {
     char fp[IDXDB_FP_MAX];
     store_fingerprint(metadata, fp, sizeof fp);
@@ -212,13 +265,13 @@ void ckindex_notice(struct ckindex *ci, const char *dir, const struct store_stat
     struct ckdir *d = dir_find_locked(ci, dir, len);
     if (d && strcmp(d->fingerprint, fp) == 0) {
         pthread_mutex_unlock(&ci->lock);
-        return; /* this version is built, being built, or known bad */
+        return NULL; /* this version is built, being built, or known bad */
     }
     if (!d) {
         d = calloc(1, sizeof *d + len + 1);
         if (!d) {
             pthread_mutex_unlock(&ci->lock);
-            return;
+            return NULL;
         }
         memcpy(d->dir, dir, len + 1);
         size_t b = dir_bucket(dir, len);
@@ -231,17 +284,56 @@ void ckindex_notice(struct ckindex *ci, const char *dir, const struct store_stat
     snprintf(d->fingerprint, sizeof d->fingerprint, "%s", fp);
     pthread_mutex_unlock(&ci->lock);
 
-    struct build_job *j = malloc(sizeof *j + len + 1);
-    if (!j)
-        return;
+    struct build_job *j = calloc(1, sizeof *j + len + 1);
+    if (!j) {
+        finish_build(ci, dir, fp, DIR_FAILED, 0, 0);
+        return NULL;
+    }
     j->ci = ci;
     snprintf(j->fingerprint, sizeof j->fingerprint, "%s", fp);
     snprintf(j->etag, sizeof j->etag, "%s", metadata->etag);
     memcpy(j->dir, dir, len + 1);
+    return j;
+}
+
+static void submit_job(struct ckindex *ci, struct build_job *j)
+{
     if (workq_submit(ci->wq, build_job_run, j) < 0) {
-        finish_build(ci, dir, fp, DIR_FAILED, 0, 0);
-        free(j);
+        finish_build(ci, j->dir, j->fingerprint, DIR_FAILED, 0, 0);
+        build_job_free(j);
     }
+}
+
+void ckindex_notice(struct ckindex *ci, const char *dir, const struct store_stat *metadata)
+{
+    struct build_job *j = notice_job(ci, dir, metadata);
+    if (j)
+        submit_job(ci, j);
+}
+
+void ckindex_notice_published(struct ckindex *ci, const char *dir,
+                              const struct store_stat *metadata, const void *bytes, size_t len,
+                              const struct ckpt_io_known_file *files, size_t nfiles)
+{
+    struct build_job *j = notice_job(ci, dir, metadata);
+    if (!j)
+        return;
+    /* Without memory for the copies the build reads the store. */
+    j->bytes = malloc(len ? len : 1);
+    j->files = calloc(nfiles ? nfiles : 1, sizeof *j->files);
+    for (size_t i = 0; j->bytes && j->files && i < nfiles; i++, j->nfiles++) {
+        j->files[i].size = files[i].size;
+        if (!(j->files[i].name = strdup(files[i].name)))
+            break;
+    }
+    if (j->bytes && j->files && j->nfiles == nfiles) {
+        memcpy(j->bytes, bytes, len);
+        j->len = len;
+    } else {
+        free(j->bytes);
+        j->bytes = NULL;
+    }
+    submit_job(ci, j);
 }
 
 /* A read transaction at the item holding byte off of the file at path:

@@ -15,6 +15,7 @@
 #ifndef CKPTFS_CKINDEX_H
 #define CKPTFS_CKINDEX_H
 
+#include "ckpt_io_store.h"
 #include "store.h"
 #include "workq.h"
 
@@ -50,6 +51,14 @@ void ckindex_close(struct ckindex *ci);
 /* The checkpoint directory dir (store path) has this .metadata: make sure
  * its index matches, scheduling a build if needed. Never blocks on I/O. */
 void ckindex_notice(struct ckindex *ci, const char *dir, const struct store_stat *metadata);
+
+/* As ckindex_notice, for a .metadata this mount has just published: its
+ * bytes and every file it names with its size on the store (what the commit
+ * check found), copied, so the build asks the store nothing; should that
+ * build fail, it reads the store as ckindex_notice does. */
+void ckindex_notice_published(struct ckindex *ci, const char *dir,
+                              const struct store_stat *metadata, const void *bytes, size_t len,
+                              const struct ckpt_io_known_file *files, size_t nfiles);
 
 /* Items of the file at store path, starting with the one holding byte off
  * and continuing in layout order while the total length stays within

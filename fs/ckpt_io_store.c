@@ -3,11 +3,14 @@
  * (fs/store.h): how the mount builds checkpoint indexes from its store and
  * how ckptfs-admin reads s3:// checkpoints. stat -> ops->stat, read ->
  * ops->read (unpinned, or pinned to one ETag for one path), list ->
- * ops->list, fingerprint -> store_fingerprint (the object's ETag and size).
+ * ops->list, fingerprint -> store_fingerprint (the object's ETag and size);
+ * and the snapshot io, which answers for a checkpoint this mount just
+ * published from what the mount already has.
  */
 #include <assert.h>
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ckpt_io_store.h"
@@ -102,4 +105,74 @@ void ckpt_io_from_store(struct ckpt_io *io, struct store *s)
     io->read = st_read;
     io->list = st_list;
     io->fingerprint = st_fingerprint;
+}
+
+/* The snapshot io: ctx is a struct ckpt_io_snapshot. */
+
+/* The known file at path (dir/name), or NULL. */
+static const struct ckpt_io_known_file *known_file(const struct ckpt_io_snapshot *s,
+                                                   const char *path)
+{
+    size_t dl = strlen(s->dir);
+    if (dl && (strncmp(path, s->dir, dl) != 0 || path[dl] != '/'))
+        return NULL;
+    const char *name = dl ? path + dl + 1 : path;
+    for (size_t i = 0; i < s->nfiles; i++)
+        if (strcmp(s->files[i].name, name) == 0)
+            return &s->files[i];
+    return NULL;
+}
+
+static int snap_stat(void *ctx, const char *path, uint64_t *size, int *is_dir)
+{
+    const struct ckpt_io_snapshot *s = ctx;
+    const struct ckpt_io_known_file *f = known_file(s, path);
+    if (strcmp(path, s->mpath) == 0 || f) {
+        *size = f ? f->size : s->len;
+        *is_dir = 0;
+        return 0;
+    }
+    return st_stat(s->store, path, size, is_dir);
+}
+
+static int snap_read(void *ctx, const char *path, uint64_t off, void *buf, size_t len,
+                     size_t *nread)
+{
+    const struct ckpt_io_snapshot *s = ctx;
+    if (strcmp(path, s->mpath) != 0)
+        return st_read(s->store, path, off, buf, len, nread);
+    size_t n = off >= s->len ? 0 : s->len - (size_t)off;
+    if (n > len)
+        n = len;
+    memcpy(buf, (const char *)s->bytes + off, n);
+    *nread = n;
+    return 0;
+}
+
+static int snap_list(void *ctx, const char *dir, ckpt_io_list_fn fn, void *arg)
+{
+    const struct ckpt_io_snapshot *s = ctx;
+    if (strcmp(dir, s->dir) != 0)
+        return st_list(s->store, dir, fn, arg);
+    int rc = fn(arg, ".metadata", 0, s->len);
+    for (size_t i = 0; rc == 0 && i < s->nfiles; i++)
+        if (!strchr(s->files[i].name, '/'))
+            rc = fn(arg, s->files[i].name, 0, s->files[i].size);
+    return rc;
+}
+
+static int snap_fingerprint(void *ctx, const char *path, char *buf, size_t len)
+{
+    const struct ckpt_io_snapshot *s = ctx;
+    return st_fingerprint(s->store, path, buf, len);
+}
+
+void ckpt_io_from_snapshot(struct ckpt_io *io, const struct ckpt_io_snapshot *snap)
+{
+    assert(snap && snap->store && snap->dir && snap->mpath && (snap->bytes || !snap->len));
+    io->ctx = (void *)snap;
+    io->stat = snap_stat;
+    io->read = snap_read;
+    io->list = snap_list;
+    io->fingerprint = snap_fingerprint;
 }

@@ -31,8 +31,27 @@
 #define COMMIT_FIRST_RELIST 0.1
 #define COMMIT_MAX_RELIST 5.0
 #define COMMIT_LOG_EVERY 10.0
+#define COMMIT_SNAPSHOT_MAX (256u << 20) /* larger .metadata: the index reads the store */
 
 static void free_needs(struct commit_need *needs, size_t n);
+
+/* All of fd's size bytes into a new buffer, or NULL. */
+static unsigned char *read_whole(int fd, uint64_t size)
+{
+    unsigned char *buf = malloc(size ? size : 1);
+    size_t got = 0;
+    while (buf && got < size) {
+        ssize_t n = pread(fd, buf + got, size - got, (off_t)got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            free(buf);
+            return NULL;
+        }
+        got += (size_t)n;
+    }
+    return buf;
+}
 
 void commit_reset(struct wfile *wf)
 {
@@ -75,22 +94,10 @@ static void parse_needs(struct wfile *wf, uint64_t size, struct commit_need **ou
                  wf->path, size);
         return;
     }
-    unsigned char *buf = malloc(size ? size : 1);
-    if (!buf)
-        return;
-    size_t got = 0;
-    while (got < size) {
-        ssize_t n = pread(wf->fd, buf + got, size - got, (off_t)got);
-        if (n <= 0) {
-            if (n < 0 && errno == EINTR)
-                continue;
-            break;
-        }
-        got += (size_t)n;
-    }
+    unsigned char *buf = read_whole(wf->fd, size);
     struct ckpt *c = NULL;
     struct ckpt_err e = {0};
-    int rc = got == size ? dcp_parse(buf, size, NULL, &c, &e) : -EIO;
+    int rc = buf ? dcp_parse(buf, size, NULL, &c, &e) : -EIO;
     free(buf);
     if (rc != 0) {
         log_warn("commit: cannot parse %s (%s); publishing it after this mount's files only",
@@ -107,6 +114,7 @@ static void parse_needs(struct wfile *wf, uint64_t size, struct commit_need **ou
         }
         needs[f].name = strdup(c->files[f].name);
         needs[f].min_size = need;
+        needs[f].found_size = UINT64_MAX;
         if (!needs[f].name) {
             for (uint32_t k = 0; k < f; k++)
                 free(needs[k].name);
@@ -139,14 +147,12 @@ static int on_entry(void *arg, const char *name, const struct store_stat *st)
 }
 
 /* How many needed files are missing or short on the store: one listing of
- * dir, plus a stat for names in subdirectories (no lock). The first one
- * missing is named in example. -errno if the store cannot be asked. */
+ * dir, plus a stat for names in subdirectories (no lock); size[i] gets the
+ * size found for needs[i] (UINT64_MAX: none). The first one missing is named
+ * in example. -errno if the store cannot be asked. */
 static long count_missing(struct store *store, const char *dir, struct commit_need *needs, size_t n,
-                          char *example, size_t exlen)
+                          uint64_t *size, char *example, size_t exlen)
 {
-    uint64_t *size = malloc((n ? n : 1) * sizeof *size);
-    if (!size)
-        return -ENOMEM;
     for (size_t i = 0; i < n; i++)
         size[i] = UINT64_MAX;
     struct seen s = {needs, n, size};
@@ -169,7 +175,6 @@ static long count_missing(struct store *store, const char *dir, struct commit_ne
             missing++;
         }
     }
-    free(size);
     return rc < 0 ? rc : missing;
 }
 
@@ -179,6 +184,7 @@ static struct commit_need *copy_needs(const struct commit_need *needs, size_t n)
     struct commit_need *c = calloc(n ? n : 1, sizeof *c);
     for (size_t i = 0; c && i < n; i++) {
         c[i].min_size = needs[i].min_size;
+        c[i].found_size = needs[i].found_size;
         if (!(c[i].name = strdup(needs[i].name))) {
             for (size_t k = 0; k < i; k++)
                 free(c[k].name);
@@ -240,14 +246,21 @@ static void check_one(struct stage *st, struct wfile *wf, double now)
         size_t n = wf->nneeds;
         if (n) {
             struct commit_need *needs = copy_needs(wf->needs, n);
+            uint64_t *found = malloc(n * sizeof *found);
             pthread_mutex_unlock(&st->lock);
-            missing =
-                needs ? count_missing(st->store, dir, needs, n, example, sizeof example) : -ENOMEM;
+            missing = needs && found
+                          ? count_missing(st->store, dir, needs, n, found, example, sizeof example)
+                          : -ENOMEM;
             free_needs(needs, n);
             pthread_mutex_lock(&st->lock);
             if (wf->commit != COMMIT_WAITING || wf->commit_version != version ||
-                wf->version != version)
+                wf->version != version) {
+                free(found);
                 return;
+            }
+            for (size_t i = 0; missing == 0 && i < n; i++)
+                wf->needs[i].found_size = found[i]; /* what the index will be told */
+            free(found);
         }
         if (missing == 0) {
             wf->commit = COMMIT_READY;
@@ -321,4 +334,52 @@ double commit_check_all(struct stage *st)
         }
     }
     return next;
+}
+
+struct stage_commit_snapshot *commit_snapshot(struct stage *st, struct wfile *wf, uint64_t version,
+                                              uint64_t size)
+{
+    size_t n = wf->nneeds;
+    if (!wf->commit_parsed || n == 0 || size > COMMIT_SNAPSHOT_MAX)
+        return NULL;
+    for (size_t i = 0; i < n; i++)
+        if (wf->needs[i].found_size == UINT64_MAX)
+            return NULL;
+    struct stage_commit_snapshot *s = calloc(1, sizeof *s);
+    struct stage_named_file *files = calloc(n, sizeof *files);
+    for (size_t i = 0; s && files && i < n; i++) {
+        files[i].size = wf->needs[i].found_size;
+        if (!(files[i].name = strdup(wf->needs[i].name))) {
+            free(s);
+            s = NULL;
+        }
+    }
+    if (!s) {
+        for (size_t i = 0; files && i < n; i++)
+            free((char *)files[i].name);
+        free(files);
+        return NULL;
+    }
+    s->files = files;
+    s->nfiles = n;
+    pthread_mutex_unlock(&st->lock);
+    s->bytes = read_whole(wf->fd, size);
+    s->len = (size_t)size;
+    pthread_mutex_lock(&st->lock);
+    if (!s->bytes || wf->version != version) { /* rewritten meanwhile: not what was published */
+        commit_snapshot_free(s);
+        return NULL;
+    }
+    return s;
+}
+
+void commit_snapshot_free(struct stage_commit_snapshot *s)
+{
+    if (!s)
+        return;
+    for (size_t i = 0; i < s->nfiles; i++)
+        free((char *)s->files[i].name);
+    free((void *)s->files);
+    free((void *)s->bytes);
+    free(s);
 }

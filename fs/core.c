@@ -286,6 +286,45 @@ static void mark_listed(struct core *core, const char *dir, int err)
     core_meta_put(core, m, err, NULL);
 }
 
+/* A positive entry of path lasts at least until expires (meta lock held). */
+static void meta_extend_locked(struct core *core, const char *path, double expires)
+{
+    for (struct meta_entry *e = core->meta[meta_bucket(path)]; e; e = e->next) {
+        if (strcmp(e->path, path) == 0) {
+            if (e->err == 0 && e->expires < expires)
+                e->expires = expires;
+            return;
+        }
+    }
+}
+
+/* This mount just published a file into dir: the end of writing there.
+ * The listing marks that the writing kept valid, of dir and of every
+ * directory above it (see dir_listing), and those directories' own entries
+ * last attr_timeout from now: the lookups of the .metadata.tmp a DCP save
+ * creates after its shards are on the store need no new request. */
+static void extend_listings(struct core *core, const char *dir)
+{
+    char m[4100];
+    marker_of(dir, m, sizeof m);
+    double expires = now_seconds() + core->cfg.attr_timeout;
+    pthread_mutex_lock(&core->meta_lock);
+    for (;;) { /* m: "a/b/", then "a/", then "/" (the root's mark) */
+        meta_extend_locked(core, m, expires);
+        size_t n = strlen(m);
+        if (n <= 1)
+            break;
+        m[n - 1] = '\0';
+        meta_extend_locked(core, m, expires); /* the directory itself: it is there */
+        char *slash = strrchr(m, '/');
+        if (slash)
+            slash[1] = '\0';
+        else
+            strcpy(m, "/");
+    }
+    pthread_mutex_unlock(&core->meta_lock);
+}
+
 /* list_below: every key below a directory; its direct children are the
  * first components (keys sharing one come together, in key order). */
 struct below {
@@ -857,14 +896,30 @@ int core_stats_json(struct core *core, char *buf, size_t len)
 }
 
 /* The stage published a file: the store has it now, with this version. */
-static void on_publish(void *arg, const char *path, const struct store_stat *st)
+static void on_publish(void *arg, const char *path, const struct store_stat *st,
+                       const struct stage_commit_snapshot *commit)
 {
     struct core *core = arg;
     core_meta_put(core, path, 0, st);
     char dir[4096];
-    if (core->index && strcmp(path_base(path), ".metadata") == 0 &&
-        path_dir(path, dir, sizeof dir) == 0)
-        ckindex_notice(core->index, dir, st); /* loads right after a save use the index */
+    if (path_dir(path, dir, sizeof dir) != 0)
+        return;
+    extend_listings(core, dir);
+    if (!core->index || strcmp(path_base(path), ".metadata") != 0)
+        return;
+    /* Loads right after a save use the index: built from what was published
+     * (no requests), or else from the store. */
+    struct ckpt_io_known_file *files =
+        commit ? calloc(commit->nfiles ? commit->nfiles : 1, sizeof *files) : NULL;
+    if (files) {
+        for (size_t i = 0; i < commit->nfiles; i++)
+            files[i] = (struct ckpt_io_known_file){commit->files[i].name, commit->files[i].size};
+        ckindex_notice_published(core->index, dir, st, commit->bytes, commit->len, files,
+                                 commit->nfiles);
+        free(files);
+    } else {
+        ckindex_notice(core->index, dir, st);
+    }
 }
 
 static int open_stage(struct core *core, char *err, size_t errlen)

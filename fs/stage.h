@@ -27,6 +27,20 @@
 struct stage;
 struct wfile;
 
+/* A commit file (.metadata) as it was published: its bytes, and every
+ * file it names with the size its commit check found on the store. */
+struct stage_named_file {
+    const char *name; /* relative to the commit file's directory */
+    uint64_t size;
+};
+
+struct stage_commit_snapshot {
+    const void *bytes;
+    size_t len;
+    const struct stage_named_file *files;
+    size_t nfiles;
+};
+
 struct stage_config {
     const char *dir;        /* staging directory (created): journal, files */
     uint64_t part_size;     /* multipart base part size (default 8 MiB) */
@@ -43,8 +57,11 @@ struct stage_config {
     double (*cpu_pressure)(void *arg, double now);
     void *cpu_pressure_arg;
     /* Called (without locks) when a file's upload completes: path, and the
-     * object's new attributes (size, mtime now, etag from the store). */
-    void (*on_publish)(void *arg, const char *path, const struct store_stat *st);
+     * object's new attributes (size, mtime now, etag from the store); for a
+     * commit file whose check found every file it names, also what was
+     * published (else NULL), valid during the call. */
+    void (*on_publish)(void *arg, const char *path, const struct store_stat *st,
+                       const struct stage_commit_snapshot *commit);
     void *on_publish_arg;
 };
 

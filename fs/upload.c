@@ -385,10 +385,14 @@ static void landed(struct stage *st, struct job *j, const char *etag)
         struct store_stat ns = {.size = j->size, .mtime = (int64_t)time(NULL)};
         snprintf(ns.etag, sizeof ns.etag, "%s", etag);
         char *path = strdup(wf->path);
+        struct stage_commit_snapshot *snap = wf->is_commit && st->cfg.on_publish
+                                                 ? commit_snapshot(st, wf, j->version, j->size)
+                                                 : NULL;
         pthread_mutex_unlock(&st->lock);
         if (path && st->cfg.on_publish)
-            st->cfg.on_publish(st->cfg.on_publish_arg, path, &ns);
+            st->cfg.on_publish(st->cfg.on_publish_arg, path, &ns, snap);
         free(path);
+        commit_snapshot_free(snap);
         pthread_mutex_lock(&st->lock);
         return;
     }

@@ -71,6 +71,7 @@ struct wpart {
 struct commit_need {
     char *name; /* relative to the .metadata's directory */
     uint64_t min_size;
+    uint64_t found_size; /* on the store at the check that let it go; UINT64_MAX before */
 };
 
 struct wfile {
@@ -230,6 +231,14 @@ void commit_reset(struct wfile *wf);
 /* A file at path reached the store: commit files in its directory are
  * checked again at once (lock held). */
 void commit_wake(struct stage *st, const char *path);
+
+/* What the index needs of commit file wf, whose version `version` (of
+ * `size` bytes) just landed: its bytes and the files its check found, or
+ * NULL (not parsed, too large, or rewritten meanwhile). Lock held; unlocks
+ * to read the staging file. Free with commit_snapshot_free(). */
+struct stage_commit_snapshot *commit_snapshot(struct stage *st, struct wfile *wf, uint64_t version,
+                                              uint64_t size);
+void commit_snapshot_free(struct stage_commit_snapshot *s);
 
 /* ---- recover.c ---- */
 

@@ -276,3 +276,56 @@ Test(ckindex, metadata_replaced_during_the_build_is_indexed_under_its_own_finger
     idxdb_end(t);
     idxdb_close(db);
 }
+
+/* Store requests of every kind so far. */
+static uint64_t store_calls(void)
+{
+    uint64_t n = 0;
+    for (int op = 0; op < MEM_OP_COUNT; op++)
+        n += mem_store_calls(ms, (enum mem_op)op);
+    return n;
+}
+
+static struct ckpt_io_known_file fixture_files[2];
+
+static void known_fixture_files(void)
+{
+    fixture_files[0] = (struct ckpt_io_known_file){"__0_0.distcp", stat_of("ck/__0_0.distcp").size};
+    fixture_files[1] = (struct ckpt_io_known_file){"__1_0.distcp", stat_of("ck/__1_0.distcp").size};
+}
+
+Test(ckindex, a_published_metadata_is_indexed_without_store_requests)
+{
+    size_t len;
+    void *bytes = slurp(FIX "/.metadata", &len);
+    struct store_stat md = stat_of("ck/.metadata");
+    known_fixture_files();
+    uint64_t calls = store_calls();
+    ckindex_notice_published(ci, "ck", &md, bytes, len, fixture_files, 2);
+    free(bytes); /* copied */
+    struct ckindex_stats st = wait_settled(1);
+    cr_assert_eq(st.ready, 1);
+    cr_assert_eq(st.built, 1);
+    cr_assert_eq(store_calls(), calls, "the build asked the store");
+    struct ckindex_span sp[8];
+    cr_assert_eq(ckindex_items(ci, "ck/__0_0.distcp", 500, 0, sp, 8), 1);
+    cr_assert_eq(sp[0].offset, 431);
+    cr_assert_eq(sp[0].length, 431);
+    /* Built under the fingerprint of the store's object: a remount reuses it. */
+    close_index();
+    open_index();
+    ckindex_notice(ci, "ck", &md);
+    st = wait_settled(1);
+    cr_assert_eq(st.reused, 1);
+}
+
+Test(ckindex, a_published_metadata_that_does_not_parse_is_read_from_the_store)
+{
+    struct store_stat md = stat_of("ck/.metadata");
+    known_fixture_files();
+    uint64_t reads = mem_store_calls(ms, MEM_OP_READ);
+    ckindex_notice_published(ci, "ck", &md, "not a pickle", 12, fixture_files, 2);
+    struct ckindex_stats st = wait_settled(1);
+    cr_assert_eq(st.ready, 1, "the store's .metadata is good");
+    cr_assert_gt(mem_store_calls(ms, MEM_OP_READ), reads);
+}

@@ -373,10 +373,47 @@ static void stage_fixture_file(const char *name, const char *as)
     free(b);
 }
 
+static const char *path_base_of(const char *p)
+{
+    const char *s = strrchr(p, '/');
+    return s ? s + 1 : p;
+}
+
+/* What on_publish was told about the published .metadata. */
+static struct {
+    int calls, with_snapshot;
+    size_t len, nfiles, files_at_size;
+} published;
+
+static void note_publish(void *arg, const char *path, const struct store_stat *s,
+                         const struct stage_commit_snapshot *commit)
+{
+    (void)arg;
+    if (strcmp(path_base_of(path), ".metadata") != 0)
+        return;
+    published.calls++;
+    if (!commit)
+        return;
+    published.with_snapshot++;
+    published.len = commit->len;
+    published.nfiles = commit->nfiles;
+    cr_assert_eq(commit->len, s->size);
+    for (size_t i = 0; i < commit->nfiles; i++) {
+        char p[512];
+        snprintf(p, sizeof p, "ck/%s", commit->files[i].name);
+        size_t n = 0;
+        void *b = mem_store_get(mem, p, &n);
+        published.files_at_size += b && n == commit->files[i].size;
+        free(b);
+    }
+}
+
 Test(stage, metadata_waits_for_every_shard_it_names)
 {
     stage_close(st); /* staged mode: closing the .metadata does not wait */
     cfg.fsync_remote = 0;
+    cfg.on_publish = note_publish;
+    memset(&published, 0, sizeof published);
     open_stage();
     mem_store_set_hook(mem, check_metadata_order, NULL);
     mem_store_delay(mem, MEM_OP_PUT, 20000);
@@ -401,6 +438,13 @@ Test(stage, metadata_waits_for_every_shard_it_names)
     struct stage_stats s;
     stage_get_stats(st, &s);
     cr_assert_eq(s.commits, 1);
+    /* The index is told what was published: the bytes, and every shard with
+     * the size the check found (so it need not ask the store). */
+    cr_assert_eq(published.calls, 1);
+    cr_assert_eq(published.with_snapshot, 1);
+    cr_assert_eq(published.nfiles, (size_t)shards);
+    cr_assert_eq(published.files_at_size, (size_t)shards);
+    cr_assert_gt(published.len, 0);
 }
 
 Test(stage, metadata_naming_a_missing_shard_times_out)
