@@ -23,6 +23,7 @@
 #include "cache.h"
 
 #include "bufpool.h"
+#include "clock.h"
 #include "log.h"
 #include "strutil.h"
 
@@ -381,19 +382,13 @@ static struct cblock *block_insert_fetching(struct cache *c, struct cache_obj *o
     return b;
 }
 
-static int64_t monotonic_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Remember that fetching blocks [first, first+n) of o timed out (lock held). */
 static void timeout_note_locked(struct cache *c, const struct cache_obj *o, uint64_t first,
                                 uint32_t n)
 {
     struct recent_timeout *t = &c->timeouts[c->next_timeout++ % TIMEOUT_SLOTS];
-    *t = (struct recent_timeout){o->id, first, first + n, monotonic_ms() + CACHE_TIMEOUT_LINGER_MS};
+    *t = (struct recent_timeout){o->id, first, first + n,
+                                 (int64_t)(mono_seconds() * 1000) + CACHE_TIMEOUT_LINGER_MS};
 }
 
 /* Forget o's timeouts: it answered (lock held). */
@@ -413,7 +408,7 @@ static int timed_out_lately_locked(struct cache *c, const struct cache_obj *o, u
         if (t->obj_id != o->id || idx < t->first || idx >= t->end)
             continue;
         if (now < 0)
-            now = monotonic_ms();
+            now = (int64_t)(mono_seconds() * 1000);
         if (now < t->until_ms)
             return 1;
         t->obj_id = 0; /* lapsed */

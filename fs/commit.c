@@ -14,6 +14,8 @@
  * staged, its fsync/close fail with EIO, a log line names what is missing)
  * until it is sealed again or synced. A .metadata that cannot be parsed
  * waits for (a) only, with a warning. Runs in the stage supervisor thread.
+ * Once published, commit_snapshot() hands the index what the check found, so
+ * the new checkpoint is indexed without asking the store again.
  */
 #include "dcp.h"
 #include "log.h"
@@ -317,7 +319,7 @@ double commit_check_all(struct stage *st)
             if (!wf->is_commit || wf->unlinked || wf->commit != COMMIT_WAITING ||
                 wf->commit_version != wf->version || wf->seal_version != wf->version)
                 continue;
-            double now = stage_now();
+            double now = mono_seconds();
             if (wf->commit_next_check > now) {
                 if (!next || wf->commit_next_check < next)
                     next = wf->commit_next_check;

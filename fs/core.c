@@ -15,6 +15,7 @@
 #include "core_internal.h"
 
 #include "ckpt.h"
+#include "clock.h"
 
 #include "log.h"
 #include "strutil.h"
@@ -54,13 +55,6 @@ void core_config_defaults(struct core_config *cfg)
     stage_config_defaults(&cfg->stage);
 }
 
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 const char *core_store_path(const char *path)
 {
     while (*path == '/')
@@ -80,7 +74,7 @@ static size_t meta_bucket(const char *path)
  * stops being true once entries are purged. */
 static void meta_purge_locked(struct core *core, int everything)
 {
-    double now = now_seconds();
+    double now = mono_seconds();
     for (size_t i = 0; i < META_BUCKETS; i++) {
         struct meta_entry **pp = &core->meta[i];
         while (*pp) {
@@ -125,7 +119,7 @@ void core_meta_put(struct core *core, const char *path, int err, const struct st
         core->meta[b] = e;
         core->meta_count++;
     }
-    e->expires = now_seconds() + core->cfg.attr_timeout;
+    e->expires = mono_seconds() + core->cfg.attr_timeout;
     e->err = err;
     if (st)
         e->st = *st;
@@ -146,7 +140,7 @@ static enum meta_state meta_find(struct core *core, const char *path, int *err,
     for (struct meta_entry *e = core->meta[meta_bucket(path)]; e; e = e->next) {
         if (strcmp(e->path, path) == 0) {
             *err = e->err;
-            state = e->expires > now_seconds() ? META_FRESH : META_EXPIRED;
+            state = e->expires > mono_seconds() ? META_FRESH : META_EXPIRED;
             if (state == META_FRESH && st)
                 *st = e->st;
             break;
@@ -307,7 +301,7 @@ static void extend_listings(struct core *core, const char *dir)
 {
     char m[4100];
     marker_of(dir, m, sizeof m);
-    double expires = now_seconds() + core->cfg.attr_timeout;
+    double expires = mono_seconds() + core->cfg.attr_timeout;
     pthread_mutex_lock(&core->meta_lock);
     for (;;) { /* m: "a/b/", then "a/", then "/" (the root's mark) */
         meta_extend_locked(core, m, expires);
@@ -655,7 +649,7 @@ static void prefetch_siblings(struct core *core, struct core_file *f, uint64_t i
         return; /* not a chunk of a sharded tensor */
     const char *base = strrchr(path, '/');
     size_t dlen = base ? (size_t)(base - path) : 0;
-    double now = now_seconds();
+    double now = mono_seconds();
     cohort_touch(core->cohort, path, dlen, ckpt_rank_of(path), now);
     for (int i = 0; i < n; i++) {
         char spath[4096];
@@ -873,7 +867,7 @@ int core_stats_json(struct core *core, char *buf, size_t len)
         "\"index\": {\"enabled\": %s, \"ready\": %llu, \"built\": %llu, \"reused\": %llu, "
         "\"failed\": %llu, \"lookups\": %llu, \"item_prefetches\": %llu, "
         "\"sibling_prefetches\": %llu}, %s}\n",
-        core->store->ops->scheme, now_seconds() - core->started, open_files,
+        core->store->ops->scheme, mono_seconds() - core->started, open_files,
         (unsigned long long)atomic_load(&core->opens),
         (unsigned long long)atomic_load(&core->read_bytes),
         (unsigned long long)atomic_load(&sc->get_requests),
@@ -973,7 +967,7 @@ int core_create(struct store *store, const struct core_config *cfg, struct core 
         core->cfg.readahead_min = core->cfg.readahead_max;
     core->uid = getuid();
     core->gid = getgid();
-    core->started = now_seconds();
+    core->started = mono_seconds();
     core->started_wall = (int64_t)time(NULL);
     pthread_mutex_init(&core->meta_lock, NULL);
     pthread_mutex_init(&core->files_lock, NULL);

@@ -47,13 +47,6 @@ void stage_config_defaults(struct stage_config *cfg)
 
 /* ---- small helpers ----------------------------------------------------- */
 
-double stage_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 void stage_waiter_enter(struct stage *st)
 {
     st->upload_waiters++;
@@ -341,7 +334,7 @@ static struct jsnap *snapshot(struct stage *st, struct wfile *wf)
                                   .parts = s->parts};
     wf->journaled = 1;
     wf->sealed_in_journal = (flags & JOURNAL_SEALED) != 0;
-    wf->journaled_at = stage_now();
+    wf->journaled_at = mono_seconds();
     return s;
 }
 
@@ -372,7 +365,7 @@ static void seal_unrecorded(struct stage *st, struct wfile *wf)
     if (wf->seal_version != wf->version)
         commit_reset(wf);
     wf->seal_version = wf->version;
-    wf->sealed_at = stage_now();
+    wf->sealed_at = mono_seconds();
     upload_kick(st, wf);
 }
 
@@ -390,7 +383,7 @@ void seal(struct stage *st, struct wfile *wf)
 static int wait_published(struct stage *st, struct wfile *wf, uint64_t v, const char *why)
 {
     unsigned attempts = wf->attempts;
-    double start = stage_now(), logged = start;
+    double start = mono_seconds(), logged = start;
     wf->retry_at = 0; /* someone waits: retry a failed upload now */
     upload_kick(st, wf);
     stage_waiter_enter(st);
@@ -403,7 +396,7 @@ static int wait_published(struct stage *st, struct wfile *wf, uint64_t v, const 
             rc = -EIO;
             break;
         }
-        double now = stage_now();
+        double now = mono_seconds();
         if (now - logged >= 5) {
             logged = now;
             log_info("%s: %s waits for its upload (%.0f s)", why, wf->path, now - start);
@@ -596,7 +589,7 @@ static int wait_for_room(struct stage *st, uint64_t grow)
             rc = -ENOSPC;
             break;
         }
-        double now = stage_now();
+        double now = mono_seconds();
         if (now - logged > 10) {
             if (!logged)
                 st->stats.budget_waits++;
@@ -700,7 +693,7 @@ void stage_write_end(struct stage *st, struct wfile *wf, uint64_t off, size_t le
         wf->parts[p - 1].gen++;
     }
     wf->mtime = wall_seconds();
-    st->last_write_at = stage_now();
+    st->last_write_at = mono_seconds();
     if (written > 0)
         st->stats.write_bytes += (uint64_t)written;
     upload_kick(st, wf);

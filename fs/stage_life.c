@@ -63,7 +63,7 @@ int stage_sync(struct stage *st, const char *dir)
         upload_kick(st, wf);
     }
     stage_waiter_enter(st);
-    double start = stage_now(), logged = start;
+    double start = mono_seconds(), logged = start;
     for (;;) {
         size_t left = 0, failed = 0;
         uint64_t bytes = 0;
@@ -88,7 +88,7 @@ int stage_sync(struct stage *st, const char *dir)
             rc = -EIO;
             break;
         }
-        double now = stage_now();
+        double now = mono_seconds();
         if (now - logged >= 2) {
             logged = now;
             log_info("sync: %zu file%s (%.1f MiB) left to upload after %.0f s", left,
@@ -130,7 +130,7 @@ static void *supervisor_main(void *arg)
     struct stage *st = arg;
     pthread_mutex_lock(&st->lock);
     while (!st->stopping) {
-        double next = stage_now() + 1.0;
+        double next = mono_seconds() + 1.0;
         double t = upload_timers(st);
         if (t > 0 && t < next)
             next = t;
@@ -139,7 +139,7 @@ static void *supervisor_main(void *arg)
             next = t;
         if (st->stopping)
             break;
-        double wait = next - stage_now();
+        double wait = next - mono_seconds();
         if (wait > 0) {
             struct timespec ts;
             clock_gettime(CLOCK_REALTIME, &ts);
@@ -317,7 +317,7 @@ static void drain(struct stage *st)
         upload_kick(st, wf);
     }
     release_all(st, all, n);
-    double start = stage_now(), logged = start;
+    double start = mono_seconds(), logged = start;
     while (!st->stopping) {
         size_t left = 0, stuck = 0, unsealed = 0;
         uint64_t bytes = 0;
@@ -346,7 +346,7 @@ static void drain(struct stage *st)
                          unsealed, unsealed == 1 ? " was" : "s were", st->cfg.dir);
             break;
         }
-        double now = stage_now();
+        double now = mono_seconds();
         if (now - logged >= 1) {
             logged = now;
             log_info("unmount: waiting for %zu file%s (%.1f MiB) to reach the store (%.0f s; "

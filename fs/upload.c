@@ -11,7 +11,9 @@
  * and reports back under it, then kicks again. Failures are retried with
  * backoff (the store already retried each request); a multipart upload that
  * the store no longer knows is started over; an upload that lands under a
- * name the file no longer has (a rename or unlink raced it) is removed.
+ * name the file no longer has (a rename or unlink raced it) is removed. In
+ * staged mode, jobs wait while the trainer writes on a contended CPU
+ * (yield_to_writers).
  */
 #include "log.h"
 #include "parts.h"
@@ -165,9 +167,9 @@ static int commit_allows(struct stage *st, struct wfile *wf)
     if (wf->commit == COMMIT_NONE || wf->commit_version != wf->version) {
         wf->commit = COMMIT_WAITING;
         wf->commit_version = wf->version;
-        wf->commit_deadline = stage_now() + st->cfg.commit_timeout;
+        wf->commit_deadline = mono_seconds() + st->cfg.commit_timeout;
         wf->commit_next_check = 0;
-        wf->commit_logged = stage_now();
+        wf->commit_logged = mono_seconds();
         pthread_cond_broadcast(&st->changed);
     }
     return 0;
@@ -287,7 +289,7 @@ void upload_kick(struct stage *st, struct wfile *wf)
     }
     if (wfile_clean(wf))
         return;
-    if (wf->error && stage_now() < wf->retry_at)
+    if (wf->error && mono_seconds() < wf->retry_at)
         return; /* upload_timers() kicks again when it is time */
     int sealed = wf->seal_version == wf->version;
     uint64_t first = parts_size(st->cfg.part_size, 1);
@@ -349,10 +351,10 @@ static void failed(struct stage *st, struct job *j, int rc)
     struct wfile *wf = j->wf;
     wf->error = rc;
     wf->attempts++;
-    wf->retry_at = stage_now() + backoff(st, wf->attempts);
+    wf->retry_at = mono_seconds() + backoff(st, wf->attempts);
     st->stats.upload_failures++;
     log_warn("upload: %s of %s failed: %s; staged data kept, retrying in %.0f s",
-             job_names[j->kind], j->key, strerror(-rc), wf->retry_at - stage_now());
+             job_names[j->kind], j->key, strerror(-rc), wf->retry_at - mono_seconds());
 }
 
 static void succeeded(struct wfile *wf)
@@ -417,7 +419,7 @@ static int uploads_yield(struct stage *st)
     if (st->cfg.fsync_remote || !st->cfg.cpu_pressure || st->draining || st->stopping ||
         st->upload_waiters > 0)
         return 0;
-    double now = stage_now();
+    double now = mono_seconds();
     if (now - st->last_write_at >= UPLOAD_YIELD_QUIET)
         return 0;
     return st->cfg.cpu_pressure(st->cfg.cpu_pressure_arg, now) >= UPLOAD_YIELD_PRESSURE;
@@ -428,7 +430,7 @@ static void yield_to_writers(struct stage *st)
 {
     if (!uploads_yield(st))
         return;
-    double start = stage_now();
+    double start = mono_seconds();
     st->stats.upload_yields++;
     do {
         struct timespec ts;
@@ -440,7 +442,7 @@ static void yield_to_writers(struct stage *st)
         }
         pthread_cond_timedwait(&st->changed, &st->lock, &ts);
     } while (uploads_yield(st));
-    st->stats.upload_yield_seconds += stage_now() - start;
+    st->stats.upload_yield_seconds += mono_seconds() - start;
 }
 
 static void run_job(void *arg)
@@ -534,7 +536,7 @@ static void run_job(void *arg)
              * (a record lists every part: writing it per part would cost
              * the square of the part count), and when the last part is in. */
             if (wf->seal_version == wf->version && !wf->unlinked &&
-                (stage_now() - wf->journaled_at >= 1.0 || !any_part_inflight(wf)))
+                (mono_seconds() - wf->journaled_at >= 1.0 || !any_part_inflight(wf)))
                 wfile_journal(st, wf);
         } else if (rc == -ENOENT) {
             log_warn("upload: the multipart upload of %s is gone from the store; starting over",
@@ -587,7 +589,7 @@ static void run_job(void *arg)
 
 double upload_timers(struct stage *st)
 {
-    double now = stage_now(), next = 0;
+    double now = mono_seconds(), next = 0;
     for (struct wfile *wf = st->files; wf; wf = wf->next) {
         double due = 0;
         if (wf->error && !wfile_clean(wf) && wf->jobs == 0) {

@@ -34,6 +34,7 @@
 #ifndef CKPTFS_WFILE_H
 #define CKPTFS_WFILE_H
 
+#include "clock.h"
 #include "extents.h"
 #include "journal.h"
 #include "stage.h"
@@ -138,7 +139,7 @@ struct stage {
     uint64_t staged_bytes;              /* sum of sizes of every wfile */
     int stopping;
     int draining;             /* unmount: publish held files now, no hold */
-    double last_write_at;     /* stage_now() of the latest write */
+    double last_write_at;     /* mono_seconds() of the latest write */
     int upload_waiters;       /* threads waiting for uploads (sync, fsync, room) */
     struct cpu_pressure *psi; /* the kernel's CPU pressure file, if cfg.cpu_pressure reads it */
     pthread_t supervisor;
@@ -147,9 +148,6 @@ struct stage {
 };
 
 /* ---- helpers shared by the modules (stage.c) ---- */
-
-/* Monotonic seconds. */
-double stage_now(void);
 
 /* The staging file's name for id: 16 hex digits. */
 void staging_name(uint64_t id, char name[32]);

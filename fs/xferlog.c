@@ -4,6 +4,7 @@
  */
 #include "xferlog.h"
 
+#include "clock.h"
 #include "log.h"
 
 #include <errno.h>
@@ -23,13 +24,6 @@ struct xferlog {
     struct xfer_counters last;
     double last_t;
 };
-
-static double mono_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 /* "12.3 MB/s" style: decimal megabytes, as the benchmarks report. */
 static void fmt_rate(char *buf, size_t len, double bytes, double secs)
@@ -96,7 +90,7 @@ static void tick(struct xferlog *xl)
 {
     struct xfer_counters now;
     xl->sample(xl->arg, &now);
-    double t = mono_now();
+    double t = mono_seconds();
     char line[512];
     if (xferlog_format(&xl->last, &now, t - xl->last_t, line, sizeof line))
         log_info("%s", line);
@@ -134,7 +128,7 @@ int xferlog_start(double interval, xferlog_sample_fn sample, void *arg, struct x
     xl->sample = sample;
     xl->arg = arg;
     sample(arg, &xl->last);
-    xl->last_t = mono_now();
+    xl->last_t = mono_seconds();
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
