@@ -43,6 +43,7 @@ void stage_config_defaults(struct stage_config *cfg)
     cfg->upload_workers = 8;
     cfg->hold_seconds = 30;
     cfg->retry_max_delay = 60;
+    cfg->upload_yield_max = 10;
 }
 
 /* ---- small helpers ----------------------------------------------------- */
@@ -680,6 +681,26 @@ int stage_write_begin(struct stage *st, struct wfile *wf, uint64_t off, size_t l
     return wf->fd;
 }
 
+/* Count n bytes written now into the write windows (lock held). */
+static void note_write(struct stage *st, uint64_t n)
+{
+    double now = mono_seconds();
+    if (now - st->write_window_at >= WRITE_WINDOW) {
+        st->write_previous = now - st->write_window_at < 2 * WRITE_WINDOW ? st->write_window : 0;
+        st->write_window = 0;
+        st->write_window_at = now;
+    }
+    st->write_window += n;
+}
+
+uint64_t stage_recent_writes(struct stage *st, double now)
+{
+    double age = now - st->write_window_at;
+    if (age < WRITE_WINDOW)
+        return st->write_previous + st->write_window;
+    return age < 2 * WRITE_WINDOW ? st->write_window : 0;
+}
+
 void stage_write_end(struct stage *st, struct wfile *wf, uint64_t off, size_t len, ssize_t written)
 {
     uint64_t base = st->cfg.part_size;
@@ -693,9 +714,10 @@ void stage_write_end(struct stage *st, struct wfile *wf, uint64_t off, size_t le
         wf->parts[p - 1].gen++;
     }
     wf->mtime = wall_seconds();
-    st->last_write_at = mono_seconds();
-    if (written > 0)
+    if (written > 0) {
         st->stats.write_bytes += (uint64_t)written;
+        note_write(st, (uint64_t)written);
+    }
     upload_kick(st, wf);
     pthread_mutex_unlock(&st->lock);
 }

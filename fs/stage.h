@@ -56,6 +56,7 @@ struct stage_config {
      * never yield if the kernel has no such file). */
     double (*cpu_pressure)(void *arg, double now);
     void *cpu_pressure_arg;
+    double upload_yield_max; /* longest a staged upload waits for writers (10 s) */
     /* Called (without locks) when a file's upload completes: path, and the
      * object's new attributes (size, mtime now, etag from the store); for a
      * commit file whose check found every file it names, also what was
@@ -65,7 +66,8 @@ struct stage_config {
     void *on_publish_arg;
 };
 
-/* Defaults: 8 MiB parts, fsync remote, no budget, 600 s, 8 workers, 30 s, 60 s. */
+/* Defaults: 8 MiB parts, fsync remote, no budget, 600 s, 8 workers, 30 s,
+ * 60 s, PSI, 10 s. */
 void stage_config_defaults(struct stage_config *cfg);
 
 struct stage_stats {

@@ -31,10 +31,12 @@
 
 enum job_kind { JOB_PUT, JOB_BEGIN, JOB_PART, JOB_COMPLETE, JOB_ABORT };
 
-/* Staged mode, on a busy CPU: upload jobs wait while writes arrived within
- * this many seconds and the CPU pressure (share of time some task waited
- * for a CPU) is at least UPLOAD_YIELD_PRESSURE. */
-#define UPLOAD_YIELD_QUIET 0.1
+/* Staged mode, on a busy CPU: upload jobs wait while clients wrote at least
+ * UPLOAD_YIELD_WRITES bytes in the last WRITE_WINDOW or two (a save, not a
+ * log trickle) and the CPU pressure (share of time some task waited for a
+ * CPU) is at least UPLOAD_YIELD_PRESSURE; each job for at most
+ * cfg.upload_yield_max seconds, so uploads never starve. */
+#define UPLOAD_YIELD_WRITES (1u << 20)
 #define UPLOAD_YIELD_PRESSURE 0.2
 
 /* A multipart upload whose completion failed this many times in a row (each
@@ -409,18 +411,20 @@ static void landed(struct stage *st, struct job *j, const char *etag)
     pthread_mutex_lock(&st->lock);
 }
 
-/* 1 if an upload job should wait before it starts, yielding to the writers
- * (lock held). Only in staged mode, where nobody waits for uploads unless a
- * sync, a remote fsync or a full staging area says so; only while writes
- * keep arriving; and only while the CPUs are contended, so on a machine
- * with CPU to spare the uploads still overlap the writes. */
-static int uploads_yield(struct stage *st)
+/* 1 if an upload job that began waiting at `since` should go on waiting,
+ * yielding to the writers (lock held). Only in staged mode, where nobody
+ * waits for uploads unless a sync, a remote fsync or a full staging area
+ * says so; only while a save's writes keep arriving; only while the CPUs
+ * are contended, so on a machine with CPU to spare the uploads still
+ * overlap the writes; and only for upload_yield_max seconds. */
+static int uploads_yield(struct stage *st, double since)
 {
     if (st->cfg.fsync_remote || !st->cfg.cpu_pressure || st->draining || st->stopping ||
         st->upload_waiters > 0)
         return 0;
     double now = mono_seconds();
-    if (now - st->last_write_at >= UPLOAD_YIELD_QUIET)
+    if (now - since >= st->cfg.upload_yield_max ||
+        stage_recent_writes(st, now) < UPLOAD_YIELD_WRITES)
         return 0;
     return st->cfg.cpu_pressure(st->cfg.cpu_pressure_arg, now) >= UPLOAD_YIELD_PRESSURE;
 }
@@ -428,20 +432,20 @@ static int uploads_yield(struct stage *st)
 /* Wait while uploads yield to the writers (lock held). */
 static void yield_to_writers(struct stage *st)
 {
-    if (!uploads_yield(st))
-        return;
     double start = mono_seconds();
+    if (!uploads_yield(st, start))
+        return;
     st->stats.upload_yields++;
     do {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += (long)(UPLOAD_YIELD_QUIET / 2 * 1e9);
+        ts.tv_nsec += (long)(WRITE_WINDOW / 2 * 1e9);
         if (ts.tv_nsec >= 1000000000L) {
             ts.tv_sec++;
             ts.tv_nsec -= 1000000000L;
         }
         pthread_cond_timedwait(&st->changed, &st->lock, &ts);
-    } while (uploads_yield(st));
+    } while (uploads_yield(st, start));
     st->stats.upload_yield_seconds += mono_seconds() - start;
 }
 

@@ -139,7 +139,9 @@ struct stage {
     uint64_t staged_bytes;              /* sum of sizes of every wfile */
     int stopping;
     int draining;             /* unmount: publish held files now, no hold */
-    double last_write_at;     /* mono_seconds() of the latest write */
+    double write_window_at;   /* mono_seconds() the current write window began */
+    uint64_t write_window;    /* bytes written by clients in it */
+    uint64_t write_previous;  /* ... and in the window before it */
     int upload_waiters;       /* threads waiting for uploads (sync, fsync, room) */
     struct cpu_pressure *psi; /* the kernel's CPU pressure file, if cfg.cpu_pressure reads it */
     pthread_t supervisor;
@@ -192,6 +194,11 @@ void table_remove(struct stage *st, struct wfile *wf);
 struct wfile **collect(struct stage *st, int (*pick)(const struct wfile *, const void *),
                        const void *arg, size_t *n);
 void release_all(struct stage *st, struct wfile **v, size_t n);
+
+/* Bytes written by clients in the last one to two WRITE_WINDOW seconds
+ * (lock held). */
+#define WRITE_WINDOW 0.1
+uint64_t stage_recent_writes(struct stage *st, double now);
 
 /* A thread starts / stops waiting for uploads to progress (lock held):
  * while any waits, uploads do not yield to writers. */

@@ -648,28 +648,34 @@ struct busy_writer {
     pthread_t thread;
     atomic_int stop;
     struct wfile *wf;
+    size_t block; /* bytes rewritten at offset 0 every 5 ms */
 };
 
-/* Rewrite the first 4 KiB of an open file every 5 ms (no part ever fills,
- * so this file itself sends nothing) until told to stop. */
+/* Rewrite the first b->block bytes of an open file every 5 ms until told to
+ * stop (the parts are made larger than that: this file sends nothing). */
 static void *busy_main(void *arg)
 {
     struct busy_writer *b = arg;
-    unsigned char block[4096];
-    memset(block, 7, sizeof block);
+    unsigned char *block = malloc(b->block);
+    memset(block, 7, b->block);
     while (!b->stop) {
-        cr_assert_eq(stage_write(st, b->wf, block, sizeof block, 0), (ssize_t)sizeof block);
+        cr_assert_eq(stage_write(st, b->wf, block, b->block, 0), (ssize_t)b->block);
         usleep(5000);
     }
+    free(block);
     return NULL;
 }
 
+/* A save's writes: 256 KiB every 5 ms (about 50 MB/s). */
 static void busy_start(struct busy_writer *b)
 {
+    if (!b->block)
+        b->block = 256 * KiB;
     b->stop = 0;
     cr_assert_eq(stage_create(st, "busy", &b->wf), 0);
     stage_writer_open(st, b->wf);
     cr_assert_eq(pthread_create(&b->thread, NULL, busy_main, b), 0);
+    usleep(150000); /* a window of writes behind us, as in a save under way */
 }
 
 static void busy_stop(struct busy_writer *b)
@@ -684,6 +690,7 @@ static void reopen_staged(void)
 {
     stage_close(st);
     cfg.fsync_remote = 0;
+    cfg.part_size = 16 * 1024 * KiB; /* the busy writer's file never fills a part */
     open_stage();
 }
 
@@ -699,7 +706,7 @@ Test(stage, staged_uploads_wait_for_writers_on_a_busy_cpu)
 {
     reopen_staged();
     pressure_now = 0.9;
-    struct busy_writer b;
+    struct busy_writer b = {0};
     busy_start(&b);
     unsigned char *d = pattern(3000, 21);
     write_whole("a", d, 3000, 1000);
@@ -720,7 +727,7 @@ Test(stage, staged_uploads_overlap_writes_on_an_idle_cpu)
 {
     reopen_staged();
     pressure_now = 0.1;
-    struct busy_writer b;
+    struct busy_writer b = {0};
     busy_start(&b);
     unsigned char *d = pattern(3000, 22);
     write_whole("a", d, 3000, 1000);
@@ -737,7 +744,7 @@ Test(stage, a_sync_ends_the_yield)
 {
     reopen_staged();
     pressure_now = 1.0;
-    struct busy_writer b;
+    struct busy_writer b = {0};
     busy_start(&b);
     unsigned char *d = pattern(3000, 23);
     write_whole("dir/a", d, 3000, 1000);
@@ -754,11 +761,40 @@ Test(stage, a_sync_ends_the_yield)
 Test(stage, remote_mode_uploads_never_yield)
 {
     pressure_now = 1.0; /* fsync_remote: the writer waits for its uploads */
-    struct busy_writer b;
+    struct busy_writer b = {0};
     busy_start(&b);
     unsigned char *d = pattern(3000, 24);
     write_whole("a", d, 3000, 1000);
     cr_assert(wait_stored("a", 2));
+    busy_stop(&b);
+    free(d);
+}
+
+Test(stage, a_trickle_of_writes_does_not_hold_uploads_back)
+{
+    reopen_staged();
+    pressure_now = 1.0;
+    struct busy_writer b = {.block = 4 * KiB}; /* about 0.8 MB/s: a log, not a save */
+    busy_start(&b);
+    unsigned char *d = pattern(3000, 25);
+    write_whole("a", d, 3000, 1000);
+    cr_assert(wait_stored("a", 2), "a trickle of writes held an upload back");
+    busy_stop(&b);
+    free(d);
+}
+
+Test(stage, an_upload_waits_for_writers_at_most_upload_yield_max)
+{
+    cfg.upload_yield_max = 0.5;
+    reopen_staged();
+    pressure_now = 1.0;
+    struct busy_writer b = {0};
+    busy_start(&b);
+    unsigned char *d = pattern(3000, 26);
+    double t0 = now();
+    write_whole("a", d, 3000, 1000);
+    cr_assert(wait_stored("a", 3), "the writers starved the upload");
+    cr_assert_geq(now() - t0, 0.4, "the upload did not wait for the writers");
     busy_stop(&b);
     free(d);
 }
