@@ -367,24 +367,28 @@ struct read_want {
     void *progress_arg;
 };
 
-/* Whether the headers of a 2xx answer show the asked version and range
- * start, so its body bytes may be handed out before the answer is done. */
-static int answer_is_the_asked_bytes(const struct read_want *w, const struct s3_response *rs)
+/* Whether a 2xx answer's headers show the asked version and range start:
+ * 0, -ESTALE (another version; with strict, also no ETag when one was
+ * asked for) or -EIO (another range, or a range longer than asked). */
+static int check_headers(const struct read_want *w, const struct s3_response *rs, int strict)
 {
-    if (w->etag && *w->etag && !(rs->etag[0] && s3_etag_equal(w->etag, rs->etag)))
-        return 0;
+    if (w->etag && *w->etag && (rs->etag[0] ? !s3_etag_equal(w->etag, rs->etag) : strict))
+        return -ESTALE;
     if (rs->status == 206)
         return rs->has_range && rs->range_start == w->off && rs->range_end >= rs->range_start &&
-               rs->range_end - rs->range_start < w->len;
-    return rs->status == 200 && w->off == 0;
+                       rs->range_end - rs->range_start < w->len
+                   ? 0
+                   : -EIO;
+    /* 200: the server ignored Range and sent the object from byte 0 */
+    return rs->status == 200 && w->off == 0 ? 0 : -EIO;
 }
 
-/* on_body of a progressive read: hand out the bytes that arrived. */
+/* on_body of a progressive read: hand out the bytes that arrived, once the
+ * headers prove they are the asked ones. */
 static void read_on_body(const struct s3_request *rq, struct s3_response *rs)
 {
     const struct read_want *w = rq->check_arg;
-    if (rs->body_len <= rs->sink_final || rs->body_len > w->len ||
-        !answer_is_the_asked_bytes(w, rs))
+    if (rs->body_len <= rs->sink_final || rs->body_len > w->len || check_headers(w, rs, 1) != 0)
         return;
     rs->sink_final = rs->body_len;
     w->progress(w->progress_arg, rs->body_len);
@@ -394,22 +398,19 @@ static void read_on_body(const struct s3_request *rq, struct s3_response *rs)
 static int check_read(const struct s3_request *rq, struct s3_response *rs)
 {
     const struct read_want *w = rq->check_arg;
-    if (w->etag && *w->etag && rs->etag[0] && !s3_etag_equal(w->etag, rs->etag))
-        return -ESTALE;
+    int rc = check_headers(w, rs, 0);
+    if (rc != 0)
+        return rc;
     if (rs->content_length >= 0 && rs->body_len < (uint64_t)rs->content_length)
         return -EAGAIN;
     if (rs->status == 206) {
-        if (!rs->has_range || rs->range_start != w->off || rs->range_end < rs->range_start)
-            return -EIO;
         uint64_t expect = rs->range_end - rs->range_start + 1;
-        if (rs->body_len != expect || expect > w->len)
+        if (rs->body_len != expect)
             return rs->body_len < expect ? -EAGAIN : -EIO;
         if (rs->body_len < w->len && rs->range_end + 1 < rs->range_total)
             return -EAGAIN; /* short, though not at the end of the object */
-        return 0;
     }
-    /* 200: the server ignored Range and sent the object from byte 0 */
-    return w->off == 0 ? 0 : -EIO;
+    return 0;
 }
 
 static int s3_read_progressive(struct store *base, const char *path, const char *etag, uint64_t off,
