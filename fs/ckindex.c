@@ -59,7 +59,7 @@ struct build_job {
      * with their sizes on the store (NULL/0: read the store). */
     void *bytes;
     size_t len;
-    struct ckpt_io_known_file *files;
+    struct store_file_size *files;
     size_t nfiles;
     char dir[];
 };
@@ -313,7 +313,7 @@ void ckindex_notice(struct ckindex *ci, const char *dir, const struct store_stat
 
 void ckindex_notice_published(struct ckindex *ci, const char *dir,
                               const struct store_stat *metadata, const void *bytes, size_t len,
-                              const struct ckpt_io_known_file *files, size_t nfiles)
+                              const struct store_file_size *files, size_t nfiles)
 {
     struct build_job *j = notice_job(ci, dir, metadata);
     if (!j)

@@ -58,7 +58,7 @@ void ckindex_notice(struct ckindex *ci, const char *dir, const struct store_stat
  * build fail, it reads the store as ckindex_notice does. */
 void ckindex_notice_published(struct ckindex *ci, const char *dir,
                               const struct store_stat *metadata, const void *bytes, size_t len,
-                              const struct ckpt_io_known_file *files, size_t nfiles);
+                              const struct store_file_size *files, size_t nfiles);
 
 /* Items of the file at store path, starting with the one holding byte off
  * and continuing in layout order while the total length stays within

@@ -110,8 +110,7 @@ void ckpt_io_from_store(struct ckpt_io *io, struct store *s)
 /* The snapshot io: ctx is a struct ckpt_io_snapshot. */
 
 /* The known file at path (dir/name), or NULL. */
-static const struct ckpt_io_known_file *known_file(const struct ckpt_io_snapshot *s,
-                                                   const char *path)
+static const struct store_file_size *known_file(const struct ckpt_io_snapshot *s, const char *path)
 {
     size_t dl = strlen(s->dir);
     if (dl && (strncmp(path, s->dir, dl) != 0 || path[dl] != '/'))
@@ -126,7 +125,7 @@ static const struct ckpt_io_known_file *known_file(const struct ckpt_io_snapshot
 static int snap_stat(void *ctx, const char *path, uint64_t *size, int *is_dir)
 {
     const struct ckpt_io_snapshot *s = ctx;
-    const struct ckpt_io_known_file *f = known_file(s, path);
+    const struct store_file_size *f = known_file(s, path);
     if (strcmp(path, s->mpath) == 0 || f) {
         *size = f ? f->size : s->len;
         *is_dir = 0;

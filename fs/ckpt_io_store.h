@@ -27,18 +27,13 @@ void ckpt_io_from_store_pinned(struct ckpt_io *io, const struct ckpt_io_pin *pin
 /* A checkpoint directory as this mount just published it: the .metadata's
  * bytes and every file it names with the size the commit check found on the
  * store. An index built through it asks the store nothing about them. */
-struct ckpt_io_known_file {
-    const char *name; /* relative to dir */
-    uint64_t size;
-};
-
 struct ckpt_io_snapshot {
     struct store *store; /* asked for anything the snapshot does not hold */
     const char *dir;     /* store path of the checkpoint directory */
     const char *mpath;   /* dir/.metadata */
     const void *bytes;   /* its content */
     size_t len;
-    const struct ckpt_io_known_file *files;
+    const struct store_file_size *files;
     size_t nfiles;
 };
 

@@ -18,6 +18,7 @@
  * the new checkpoint is indexed without asking the store again.
  */
 #include "dcp.h"
+#include "fdio.h"
 #include "log.h"
 #include "strutil.h"
 #include "wfile.h"
@@ -41,16 +42,10 @@ static void free_needs(struct commit_need *needs, size_t n);
 static unsigned char *read_whole(int fd, uint64_t size)
 {
     unsigned char *buf = malloc(size ? size : 1);
-    size_t got = 0;
-    while (buf && got < size) {
-        ssize_t n = pread(fd, buf + got, size - got, (off_t)got);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0) {
-            free(buf);
-            return NULL;
-        }
-        got += (size_t)n;
+    size_t got;
+    if (buf && (pread_full(fd, buf, size, 0, &got) < 0 || got != size)) {
+        free(buf);
+        buf = NULL;
     }
     return buf;
 }
@@ -348,7 +343,7 @@ struct stage_commit_snapshot *commit_snapshot(struct stage *st, struct wfile *wf
         if (wf->needs[i].found_size == UINT64_MAX)
             return NULL;
     struct stage_commit_snapshot *s = calloc(1, sizeof *s);
-    struct stage_named_file *files = calloc(n, sizeof *files);
+    struct store_file_size *files = calloc(n, sizeof *files);
     for (size_t i = 0; s && files && i < n; i++) {
         files[i].size = wf->needs[i].found_size;
         if (!(files[i].name = strdup(wf->needs[i].name))) {

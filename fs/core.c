@@ -16,6 +16,7 @@
 
 #include "ckpt.h"
 #include "clock.h"
+#include "fdio.h"
 
 #include "log.h"
 #include "strutil.h"
@@ -702,19 +703,11 @@ static ssize_t read_staged(struct core *core, struct core_file *f, void *buf, si
         return 0;
     if (len > size - off)
         len = (size_t)(size - off);
-    size_t done = 0;
-    while (done < len) {
-        ssize_t n = pread(fd, (char *)buf + done, len - done, (off_t)(off + done));
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0)
-            return -errno;
-        if (n == 0) { /* a hole at the end not yet materialised: zeros */
-            memset((char *)buf + done, 0, len - done);
-            break;
-        }
-        done += (size_t)n;
-    }
+    size_t done;
+    int rc = pread_full(fd, buf, len, off, &done);
+    if (rc < 0)
+        return rc;
+    memset((char *)buf + done, 0, len - done); /* a hole at the end not yet materialised */
     atomic_fetch_add(&core->read_bytes, len);
     return (ssize_t)len;
 }
@@ -903,17 +896,11 @@ static void on_publish(void *arg, const char *path, const struct store_stat *st,
         return;
     /* Loads right after a save use the index: built from what was published
      * (no requests), or else from the store. */
-    struct ckpt_io_known_file *files =
-        commit ? calloc(commit->nfiles ? commit->nfiles : 1, sizeof *files) : NULL;
-    if (files) {
-        for (size_t i = 0; i < commit->nfiles; i++)
-            files[i] = (struct ckpt_io_known_file){commit->files[i].name, commit->files[i].size};
-        ckindex_notice_published(core->index, dir, st, commit->bytes, commit->len, files,
+    if (commit)
+        ckindex_notice_published(core->index, dir, st, commit->bytes, commit->len, commit->files,
                                  commit->nfiles);
-        free(files);
-    } else {
+    else
         ckindex_notice(core->index, dir, st);
-    }
 }
 
 static int open_stage(struct core *core, char *err, size_t errlen)

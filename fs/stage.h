@@ -28,16 +28,12 @@ struct stage;
 struct wfile;
 
 /* A commit file (.metadata) as it was published: its bytes, and every
- * file it names with the size its commit check found on the store. */
-struct stage_named_file {
-    const char *name; /* relative to the commit file's directory */
-    uint64_t size;
-};
-
+ * file it names (relative to its directory) with the size its commit check
+ * found on the store. */
 struct stage_commit_snapshot {
     const void *bytes;
     size_t len;
-    const struct stage_named_file *files;
+    const struct store_file_size *files;
     size_t nfiles;
 };
 

@@ -44,6 +44,12 @@ struct store_stat {
  * (list() then returns 0). */
 typedef int (*store_list_fn)(void *arg, const char *name, const struct store_stat *st);
 
+/* A file by name (relative to some directory) and its size on the store. */
+struct store_file_size {
+    const char *name;
+    uint64_t size;
+};
+
 /* Bytes buf[0, ready) of a read in flight are final (read_progressive). */
 typedef void (*store_progress_fn)(void *arg, size_t ready);
 

@@ -23,6 +23,8 @@
  */
 #include "store.h"
 
+#include "fdio.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -223,22 +225,11 @@ static int dir_read(struct store *s, const char *path, const char *etag, uint64_
     int fd = dir_open_fd(s, path, etag);
     if (fd < 0)
         return fd;
-    int rc = 0;
     atomic_fetch_add(&s->counters.get_requests, 1);
-    size_t done = 0;
-    while (done < len) {
-        ssize_t n = pread(fd, (char *)buf + done, len - done, (off_t)(off + done));
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            rc = -errno;
-            atomic_fetch_add(&s->counters.errors, 1);
-            break;
-        }
-        if (n == 0)
-            break;
-        done += (size_t)n;
-    }
+    size_t done;
+    int rc = pread_full(fd, buf, len, off, &done);
+    if (rc < 0)
+        atomic_fetch_add(&s->counters.errors, 1);
     *nread = done;
     atomic_fetch_add(&s->counters.get_bytes, done);
     close(fd);
