@@ -702,14 +702,26 @@ static int wait_stored(const char *path, double seconds)
     return stored(path);
 }
 
+/* With the CPU pressure set and a save's writes under way, write and close
+ * a 3000-byte file at path; returns its bytes (the caller frees them) and
+ * when it was closed. */
+static unsigned char *close_while_writing(struct busy_writer *b, double pressure, const char *path,
+                                          unsigned seed, double *closed_at)
+{
+    pressure_now = pressure;
+    busy_start(b);
+    unsigned char *d = pattern(3000, seed);
+    write_whole(path, d, 3000, 1000);
+    if (closed_at)
+        *closed_at = now();
+    return d;
+}
+
 Test(stage, staged_uploads_wait_for_writers_on_a_busy_cpu)
 {
     reopen_staged();
-    pressure_now = 0.9;
     struct busy_writer b = {0};
-    busy_start(&b);
-    unsigned char *d = pattern(3000, 21);
-    write_whole("a", d, 3000, 1000);
+    unsigned char *d = close_while_writing(&b, 0.9, "a", 21, NULL);
     usleep(400000);
     cr_assert_not(stored("a"), "uploaded while the writers had the busy CPU");
     busy_stop(&b);
@@ -726,11 +738,8 @@ Test(stage, staged_uploads_wait_for_writers_on_a_busy_cpu)
 Test(stage, staged_uploads_overlap_writes_on_an_idle_cpu)
 {
     reopen_staged();
-    pressure_now = 0.1;
     struct busy_writer b = {0};
-    busy_start(&b);
-    unsigned char *d = pattern(3000, 22);
-    write_whole("a", d, 3000, 1000);
+    unsigned char *d = close_while_writing(&b, 0.1, "a", 22, NULL);
     cr_assert(wait_stored("a", 2), "not uploaded while writes went on with CPU to spare");
     busy_stop(&b);
     struct stage_stats s;
@@ -743,11 +752,8 @@ Test(stage, staged_uploads_overlap_writes_on_an_idle_cpu)
 Test(stage, a_sync_ends_the_yield)
 {
     reopen_staged();
-    pressure_now = 1.0;
     struct busy_writer b = {0};
-    busy_start(&b);
-    unsigned char *d = pattern(3000, 23);
-    write_whole("dir/a", d, 3000, 1000);
+    unsigned char *d = close_while_writing(&b, 1.0, "dir/a", 23, NULL);
     usleep(200000);
     cr_assert_not(stored("dir/a"));
     double t0 = now();
@@ -760,11 +766,8 @@ Test(stage, a_sync_ends_the_yield)
 
 Test(stage, remote_mode_uploads_never_yield)
 {
-    pressure_now = 1.0; /* fsync_remote: the writer waits for its uploads */
-    struct busy_writer b = {0};
-    busy_start(&b);
-    unsigned char *d = pattern(3000, 24);
-    write_whole("a", d, 3000, 1000);
+    struct busy_writer b = {0}; /* fsync_remote: the writer waits for its uploads */
+    unsigned char *d = close_while_writing(&b, 1.0, "a", 24, NULL);
     cr_assert(wait_stored("a", 2));
     busy_stop(&b);
     free(d);
@@ -773,11 +776,8 @@ Test(stage, remote_mode_uploads_never_yield)
 Test(stage, a_trickle_of_writes_does_not_hold_uploads_back)
 {
     reopen_staged();
-    pressure_now = 1.0;
     struct busy_writer b = {.block = 4 * KiB}; /* about 0.8 MB/s: a log, not a save */
-    busy_start(&b);
-    unsigned char *d = pattern(3000, 25);
-    write_whole("a", d, 3000, 1000);
+    unsigned char *d = close_while_writing(&b, 1.0, "a", 25, NULL);
     cr_assert(wait_stored("a", 2), "a trickle of writes held an upload back");
     busy_stop(&b);
     free(d);
@@ -787,12 +787,9 @@ Test(stage, an_upload_waits_for_writers_at_most_upload_yield_max)
 {
     cfg.upload_yield_max = 0.5;
     reopen_staged();
-    pressure_now = 1.0;
     struct busy_writer b = {0};
-    busy_start(&b);
-    unsigned char *d = pattern(3000, 26);
-    double t0 = now();
-    write_whole("a", d, 3000, 1000);
+    double t0;
+    unsigned char *d = close_while_writing(&b, 1.0, "a", 26, &t0);
     cr_assert(wait_stored("a", 3), "the writers starved the upload");
     cr_assert_geq(now() - t0, 0.4, "the upload did not wait for the writers");
     busy_stop(&b);
