@@ -286,12 +286,12 @@ static uint64_t store_calls(void)
     return n;
 }
 
-static struct ckpt_io_known_file fixture_files[2];
+static struct store_file_size fixture_files[2];
 
 static void known_fixture_files(void)
 {
-    fixture_files[0] = (struct ckpt_io_known_file){"__0_0.distcp", stat_of("ck/__0_0.distcp").size};
-    fixture_files[1] = (struct ckpt_io_known_file){"__1_0.distcp", stat_of("ck/__1_0.distcp").size};
+    fixture_files[0] = (struct store_file_size){"__0_0.distcp", stat_of("ck/__0_0.distcp").size};
+    fixture_files[1] = (struct store_file_size){"__1_0.distcp", stat_of("ck/__1_0.distcp").size};
 }
 
 Test(ckindex, a_published_metadata_is_indexed_without_store_requests)
