@@ -88,9 +88,6 @@ void *bufpool_get(struct bufpool *p, size_t len)
     void *buf = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (buf == MAP_FAILED)
         return NULL;
-#ifdef MADV_HUGEPAGE
-    madvise(buf, bytes, MADV_HUGEPAGE); /* a hint: fewer, larger faults where THP is allowed */
-#endif
 #ifdef MADV_POPULATE_WRITE
     madvise(buf, bytes, MADV_POPULATE_WRITE); /* fault it in with one call, not per page */
 #endif

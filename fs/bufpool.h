@@ -6,9 +6,12 @@
  * come and go as whole mappings or arena heaps, and every first write to a
  * fresh page is a page fault: measured on a 2-core VM, one fault per five
  * pages read, a fifth of the daemon's CPU. A pool hands out page-aligned
- * buffers in whole units (the cache block size), maps new ones with
- * transparent huge pages requested and pre-faulted, and keeps freed ones
- * for reuse up to a bound of spare bytes.
+ * buffers in whole units (the cache block size), maps new ones
+ * pre-faulted, and keeps freed ones for reuse up to a bound of spare bytes.
+ * No transparent huge pages: with THP in "madvise" mode (Debian's default)
+ * a MADV_HUGEPAGE buffer is faulted in with direct compaction, measured at
+ * 0.13-1.2 s per GiB against 0.33-0.38 s for small pages, and 8 MiB fetch
+ * buffers cost the daemon 0.4-0.6 CPU-s more per GB loaded.
  *
  * Thread-safe. Buffers larger than max_units units are mapped and unmapped
  * each time (never pooled).

@@ -36,7 +36,6 @@
 /* st_blksize, which sizes readers' buffers (Python's): a buffered reader
  * reads this much wherever it reads, also past the last item it wants. */
 #define PREFERRED_IO_SIZE (128u << 10)
-#define ITEM_REQUEST (1u << 20) /* items are fetched in parallel GETs of this size */
 #define LISTING_MAX 1000        /* lookups in larger directories ask the store by name */
 
 void core_config_defaults(struct core_config *cfg)
@@ -44,7 +43,11 @@ void core_config_defaults(struct core_config *cfg)
     cfg->attr_timeout = 1.0;
     cfg->cache_size = 1ull << 30;
     /* Small blocks: a fetch covers the bytes wanted to within 64 KiB at each
-     * end (requests are still request_size: a run of blocks is one GET). */
+     * end (requests are still request_size: a run of blocks is one GET).
+     * 8 MiB GETs, for items too: a server's cost per request is what a load
+     * pays on s3rver (1 MiB: 1.9x the time) and on S3 (tens of ms to the
+     * first byte), and blocks are handed out as their bytes arrive, so a
+     * reader does not wait for a whole GET (docs/design.md). */
     cfg->block_size = 64u << 10;
     cfg->request_size = 8u << 20;
     cfg->readahead_min = 1u << 20;
@@ -596,7 +599,7 @@ static int prefetch_items(struct core *core, struct core_file *f, uint64_t off, 
     if (prefetch_confirmed(&f->pf))
         *entered = cur.offset; /* a read is in this item for sure: its siblings are wanted */
     for (int i = 0; i < k; i++)
-        cache_prefetch_split(core->cache, f->obj, out[i].offset, out[i].length, ITEM_REQUEST);
+        cache_prefetch(core->cache, f->obj, out[i].offset, out[i].length);
     atomic_fetch_add(&core->item_prefetches, (uint64_t)k);
     return prefetch_planned(&f->pf);
 }
@@ -670,7 +673,7 @@ static void prefetch_siblings(struct core *core, struct core_file *f, uint64_t i
         if (!o)
             continue;
         if ((open || !opened) &&
-            cache_prefetch_split(core->cache, o, ch[i].offset, ch[i].length, ITEM_REQUEST) > 0)
+            cache_prefetch(core->cache, o, ch[i].offset, ch[i].length) > 0)
             atomic_fetch_add(&core->sibling_prefetches, 1);
         cache_obj_unref(core->cache, o);
     }

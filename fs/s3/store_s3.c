@@ -368,11 +368,14 @@ struct read_want {
 };
 
 /* Whether a 2xx answer's headers show the asked version and range start:
- * 0, -ESTALE (another version; with strict, also no ETag when one was
- * asked for) or -EIO (another range, or a range longer than asked). */
-static int check_headers(const struct read_want *w, const struct s3_response *rs, int strict)
+ * 0, -ESTALE (another version) or -EIO (another range, or a range longer
+ * than asked). An answer without an ETag is taken as the asked version: a
+ * server that sends none (a static file server in front of the store)
+ * cannot prove a version for any GET, so holding its bytes back until the
+ * end would protect nothing and only make readers wait. */
+static int check_headers(const struct read_want *w, const struct s3_response *rs)
 {
-    if (w->etag && *w->etag && (rs->etag[0] ? !s3_etag_equal(w->etag, rs->etag) : strict))
+    if (w->etag && *w->etag && rs->etag[0] && !s3_etag_equal(w->etag, rs->etag))
         return -ESTALE;
     if (rs->status == 206)
         return rs->has_range && rs->range_start == w->off && rs->range_end >= rs->range_start &&
@@ -388,7 +391,7 @@ static int check_headers(const struct read_want *w, const struct s3_response *rs
 static void read_on_body(const struct s3_request *rq, struct s3_response *rs)
 {
     const struct read_want *w = rq->check_arg;
-    if (rs->body_len <= rs->sink_final || rs->body_len > w->len || check_headers(w, rs, 1) != 0)
+    if (rs->body_len <= rs->sink_final || rs->body_len > w->len || check_headers(w, rs) != 0)
         return;
     rs->sink_final = rs->body_len;
     w->progress(w->progress_arg, rs->body_len);
@@ -398,7 +401,7 @@ static void read_on_body(const struct s3_request *rq, struct s3_response *rs)
 static int check_read(const struct s3_request *rq, struct s3_response *rs)
 {
     const struct read_want *w = rq->check_arg;
-    int rc = check_headers(w, rs, 0);
+    int rc = check_headers(w, rs);
     if (rc != 0)
         return rc;
     if (rs->content_length >= 0 && rs->body_len < (uint64_t)rs->content_length)

@@ -16,6 +16,8 @@ over a kept-alive connection of its own. Per request a policy picks an action:
   200err  do not forward; answer 200 OK with an S3 <Error><Code>InternalError</Code> body,
           as S3 may for CompleteMultipartUpload, CopyObject and UploadPartCopy
 
+drop_get_headers leaves the named response headers out of every answer to a GET.
+
 Enough HTTP/1.1 for keep-alive: request bodies by Content-Length or chunked (an
 `Expect: 100-continue` is answered by the proxy itself), response bodies by
 Content-Length, chunked or close-delimited, none for HEAD/1xx/204/304.
@@ -357,8 +359,11 @@ def sigv4_check(method, target, headers, body, key_id, secret, service="s3"):
 class FaultProxy:
     def __init__(self, upstream_port, upstream_host="127.0.0.1", policy=None,
                  stall_seconds=60.0, cut_fraction=None, seed=0, credentials=None,
-                 trickle_bytes=64 * 1024, trickle_seconds=1.0):
+                 trickle_bytes=64 * 1024, trickle_seconds=1.0, drop_get_headers=()):
         self.upstream = (upstream_host, upstream_port)
+        # response headers (lower-case names) left out of answers to GETs: "etag" makes the
+        # store look like a static file server in front of S3 (nginx with etag off)
+        self.drop_get_headers = frozenset(drop_get_headers)
         self.credentials = credentials  # (key_id, secret): check SigV4 like S3
         self.rejected = collections.Counter()  # S3 error code -> count (signature checks)
         self.tokens = collections.Counter()  # x-amz-security-token of accepted requests
@@ -529,6 +534,8 @@ class FaultProxy:
                             self.log.append((req.seq, repr(req), action + "/upstream-down", None))
                             client.reset()
                             return
+                if method == "GET" and self.drop_get_headers:
+                    rheaders = [(k, v) for k, v in rheaders if k.lower() not in self.drop_get_headers]
                 rh = _hdict(rheaders)
                 status = int((rstart.split(" ") + ["0", "0"])[1])
                 self.log.append((req.seq, repr(req), action, status))

@@ -7,6 +7,7 @@ so a proxy bug is not mistaken for a ckptfs bug.
 
 import errno
 import http.client
+import mmap
 import os
 import socket
 import time
@@ -211,6 +212,34 @@ def test_stalled_response_times_out_and_is_retried(fault_store, faultproxy, moun
     assert _retries(mnt) > 0
     # each stall costs about --timeout (2 s); 60 s would mean the timeout is not applied
     assert elapsed < 20 * harness.slow_factor(), f"read took {elapsed:.1f} s with {policy.injected} stalls"
+
+
+def test_gets_without_etag_hand_out_bytes_as_they_arrive(fault_store, faultproxy, mounter):
+    """A server that sends no ETag (a static file server in front of the store, like
+    tools/bench's nginx fast path) still hands out a GET's bytes as they arrive
+    (design.md, Block cache): a reader gets the first half of a readahead GET that
+    then stalls, instead of waiting for that GET to time out."""
+    store, content = fault_store
+    timeout = 6
+    # the readahead's GET after a first 64 KiB read: it sends half its body, then stalls
+    policy = Always("stall", limit=1, match=lambda r: r.is_object_get() and r.range.startswith("bytes=65536-"))
+    proxy = faultproxy(store.server.port, policy=policy, stall_seconds=60, cut_fraction=0.5,
+                       drop_get_headers={"etag"})
+    mnt = mounter(store, "--timeout", str(timeout), endpoint=proxy.endpoint)
+    want = content["mid.bin"]
+    buf = mmap.mmap(-1, 64 * 1024)  # page-aligned, as O_DIRECT wants: reads of exactly 64 KiB
+    fd = os.open(mnt.p("mid.bin"), os.O_RDONLY | os.O_DIRECT)
+    try:
+        assert os.preadv(fd, [buf], 0) == len(buf) and buf[:] == want[:len(buf)]
+        t = time.monotonic()
+        assert os.preadv(fd, [buf], len(buf)) == len(buf) and buf[:] == want[len(buf):2 * len(buf)]
+        elapsed = time.monotonic() - t
+    finally:
+        os.close(fd)
+    assert policy.injected == 1, f"the readahead GET was not stalled: {list(proxy.log)}"
+    assert elapsed < timeout / 2, f"the second read waited {elapsed:.1f} s: for the whole GET?"
+    # the stalled GET times out and is retried: the file reads exactly
+    _read_all_exact(mnt, {"mid.bin": want}, HANG_BOUND * harness.slow_factor())
 
 
 def test_every_get_503_fails_with_eio_then_recovers(fault_store, faultproxy, mounter):
