@@ -36,7 +36,7 @@
 /* st_blksize, which sizes readers' buffers (Python's): a buffered reader
  * reads this much wherever it reads, also past the last item it wants. */
 #define PREFERRED_IO_SIZE (128u << 10)
-#define LISTING_MAX 1000        /* lookups in larger directories ask the store by name */
+#define LISTING_MAX 1000 /* lookups in larger directories ask the store by name */
 
 void core_config_defaults(struct core_config *cfg)
 {
@@ -672,8 +672,7 @@ static void prefetch_siblings(struct core *core, struct core_file *f, uint64_t i
         struct cache_obj *o = cache_obj_ref(core->cache, spath, st.etag, st.size, &opened);
         if (!o)
             continue;
-        if ((open || !opened) &&
-            cache_prefetch(core->cache, o, ch[i].offset, ch[i].length) > 0)
+        if ((open || !opened) && cache_prefetch(core->cache, o, ch[i].offset, ch[i].length) > 0)
             atomic_fetch_add(&core->sibling_prefetches, 1);
         cache_obj_unref(core->cache, o);
     }
