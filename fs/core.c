@@ -21,6 +21,7 @@
 #include "log.h"
 #include "strutil.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -353,10 +354,62 @@ static int below_entry(void *arg, const char *rel, const struct store_stat *s)
     return listing_entry(b->l, b->last_dir, &dir);
 }
 
-static enum listing_state dir_listing(struct core *core, const char *dir)
+struct listing_flight {
+    struct listing_flight *next;
+    char dir[]; /* the directory being listed */
+};
+
+static struct listing_flight *listing_in_flight_locked(struct core *core, const char *dir)
 {
-    if (core->cfg.attr_timeout <= 0)
-        return NOT_LISTED; /* nothing is cached: a listing would answer one lookup */
+    struct listing_flight *l = core->listings;
+    while (l && strcmp(l->dir, dir) != 0)
+        l = l->next;
+    return l;
+}
+
+/* 1 if this thread is now the one listing dir (listing_finish() must
+ * follow); 0 after waiting for another thread's listing of dir to end (its
+ * mark answers now, or it failed). -ENOMEM: list without taking part. */
+static int listing_claim(struct core *core, const char *dir)
+{
+    pthread_mutex_lock(&core->listing_lock);
+    if (listing_in_flight_locked(core, dir)) {
+        atomic_fetch_add(&core->listing_waits, 1);
+        while (listing_in_flight_locked(core, dir))
+            pthread_cond_wait(&core->listing_done, &core->listing_lock);
+        pthread_mutex_unlock(&core->listing_lock);
+        return 0;
+    }
+    size_t n = strlen(dir) + 1;
+    struct listing_flight *l = malloc(sizeof *l + n);
+    if (l) {
+        memcpy(l->dir, dir, n);
+        l->next = core->listings;
+        core->listings = l;
+    }
+    pthread_mutex_unlock(&core->listing_lock);
+    return l ? 1 : -ENOMEM;
+}
+
+/* The listing of dir claimed by this thread ended: wake who waits for it. */
+static void listing_finish(struct core *core, const char *dir)
+{
+    pthread_mutex_lock(&core->listing_lock);
+    struct listing_flight **pp = &core->listings;
+    while (*pp && strcmp((*pp)->dir, dir) != 0)
+        pp = &(*pp)->next;
+    assert(*pp); /* claimed by this thread, so still there */
+    struct listing_flight *l = *pp;
+    *pp = l->next;
+    free(l);
+    pthread_cond_broadcast(&core->listing_done);
+    pthread_mutex_unlock(&core->listing_lock);
+}
+
+/* What dir's listing mark says: LISTED, NOT_LISTED (too large to list),
+ * or -1 (no fresh mark: list it). */
+static int listing_from_mark(struct core *core, const char *dir)
+{
     char m[4100];
     marker_of(dir, m, sizeof m);
     int err;
@@ -368,6 +421,35 @@ static enum listing_state dir_listing(struct core *core, const char *dir)
         if (err == -E2BIG && mark == META_FRESH)
             return NOT_LISTED;
     }
+    return -1;
+}
+
+static enum listing_state list_dir(struct core *core, const char *dir);
+
+/* Whether dir's entries are in the metadata cache (listing it if its mark
+ * is stale; one LIST per directory however many lookups wait for it). */
+static enum listing_state dir_listing(struct core *core, const char *dir)
+{
+    if (core->cfg.attr_timeout <= 0)
+        return NOT_LISTED; /* nothing is cached: a listing would answer one lookup */
+    int claim;
+    for (;;) {
+        int known = listing_from_mark(core, dir);
+        if (known >= 0)
+            return (enum listing_state)known;
+        if ((claim = listing_claim(core, dir)) != 0)
+            break;
+        /* another thread's listing ended: its mark answers, or it failed */
+    }
+    enum listing_state st = list_dir(core, dir);
+    if (claim > 0)
+        listing_finish(core, dir);
+    return st;
+}
+
+/* List dir from the store into the metadata cache and mark it listed. */
+static enum listing_state list_dir(struct core *core, const char *dir)
+{
     int checkpoint = core->index && ckindex_is_checkpoint(core->index, dir);
     struct listing l = {.core = core, .dir = dir, .limit = checkpoint ? 0 : LISTING_MAX};
     int rc;
@@ -852,7 +934,8 @@ int core_stats_json(struct core *core, char *buf, size_t len)
         buf, len,
         "{\"store\": \"%s\", \"uptime_s\": %.3f, \"open_files\": %d, \"opens\": %llu, "
         "\"read_bytes\": %llu, \"get_requests\": %llu, \"get_bytes\": %llu, "
-        "\"head_requests\": %llu, \"list_requests\": %llu, \"retries\": %llu, \"errors\": %llu, "
+        "\"head_requests\": %llu, \"list_requests\": %llu, \"listing_waits\": %llu, "
+        "\"retries\": %llu, \"errors\": %llu, "
         "\"cache\": {\"hits\": %llu, \"misses\": %llu, \"shared\": %llu, \"prefetched\": %llu, "
         "\"prefetch_skipped\": %llu, \"prefetched_bytes\": %llu, \"prefetch_unused_bytes\": %llu, "
         "\"prefetch_unread_bytes\": %llu, \"evictions\": %llu, \"released\": %llu, "
@@ -869,6 +952,7 @@ int core_stats_json(struct core *core, char *buf, size_t len)
         (unsigned long long)atomic_load(&sc->get_bytes),
         (unsigned long long)atomic_load(&sc->head_requests),
         (unsigned long long)atomic_load(&sc->list_requests),
+        (unsigned long long)atomic_load(&core->listing_waits),
         (unsigned long long)atomic_load(&sc->retries), (unsigned long long)atomic_load(&sc->errors),
         (unsigned long long)cs.hits, (unsigned long long)cs.misses, (unsigned long long)cs.shared,
         (unsigned long long)cs.prefetched, (unsigned long long)cs.prefetch_skipped,
@@ -960,6 +1044,8 @@ int core_create(struct store *store, const struct core_config *cfg, struct core 
     core->started_wall = (int64_t)time(NULL);
     pthread_mutex_init(&core->meta_lock, NULL);
     pthread_mutex_init(&core->files_lock, NULL);
+    pthread_mutex_init(&core->listing_lock, NULL);
+    pthread_cond_init(&core->listing_done, NULL);
     core->meta = calloc(META_BUCKETS, sizeof *core->meta);
     /* Ranks stay "being read" this long after their last file closed: the
      * gap between two files of a per-item load. */
@@ -991,6 +1077,8 @@ int core_create(struct store *store, const struct core_config *cfg, struct core 
         ckindex_close(core->index);
         pthread_mutex_destroy(&core->files_lock);
         pthread_mutex_destroy(&core->meta_lock);
+        pthread_mutex_destroy(&core->listing_lock);
+        pthread_cond_destroy(&core->listing_done);
         cohort_destroy(core->cohort);
         free(core->meta);
         free(core);
@@ -1021,6 +1109,9 @@ void core_destroy(struct core *core)
     meta_purge_locked(core, 1);
     pthread_mutex_unlock(&core->meta_lock);
     pthread_mutex_destroy(&core->meta_lock);
+    assert(!core->listings); /* every lookup has returned */
+    pthread_mutex_destroy(&core->listing_lock);
+    pthread_cond_destroy(&core->listing_done);
     cohort_destroy(core->cohort);
     free(core->meta);
     free(core);

@@ -8,8 +8,8 @@
  * directories that exist only on this mount) over the store's answers,
  * which the metadata cache keeps for attr_timeout seconds.
  *
- * Lock order: core->meta_lock and core->files_lock are leaves (nothing is
- * taken while holding them); a file's ra_lock, then the cache's lock;
+ * Lock order: core->meta_lock, core->files_lock and core->listing_lock are
+ * leaves (nothing is taken while holding them); a file's ra_lock, then the cache's lock;
  * stage calls take the stage's lock, never while holding a core lock.
  */
 #ifndef CKPTFS_CORE_INTERNAL_H
@@ -53,6 +53,13 @@ struct core {
     pthread_mutex_t meta_lock;
     struct meta_entry **meta; /* META_BUCKETS chains; protected by meta_lock */
     size_t meta_count;
+
+    /* Directories being listed for lookups: a lookup in one of them waits
+     * for that listing instead of sending the same LIST. */
+    pthread_mutex_t listing_lock;
+    pthread_cond_t listing_done;        /* a listing in flight ended */
+    struct listing_flight *listings;    /* protected by listing_lock */
+    atomic_uint_fast64_t listing_waits; /* lookups that waited for another's listing */
 
     atomic_uint_fast64_t read_bytes;         /* bytes returned to readers */
     atomic_uint_fast64_t item_prefetches;    /* items prefetched whole, guided by the index */

@@ -2,7 +2,8 @@
  * tests/unit/test_meta_cache.c - the core's metadata cache (fs/core.c):
  * attributes and negative lookups answer from memory for attr_timeout
  * seconds, then the store is asked again; attr_timeout 0 caches nothing;
- * core_meta_forget drops one entry at once. Over the in-memory store, whose
+ * core_meta_forget drops one entry at once; lookups in one directory at
+ * once share one listing. Over the in-memory store, whose
  * call counters show when the store was asked.
  */
 #include "core.h"
@@ -11,6 +12,7 @@
 
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <pthread.h>
 #include <string.h>
 #include <time.h>
 
@@ -108,4 +110,39 @@ Test(meta_cache, zero_timeout_caches_nothing)
     cr_assert_eq(size_of("/d/c"), -ENOENT);
     cr_assert_eq(mem_store_set(mem, "d/c", "c", 1, NULL), 0);
     cr_assert_eq(size_of("/d/c"), 1);
+}
+
+struct lookup_arg {
+    const char *path;
+    long long size;
+};
+
+static void *lookup_thread(void *p)
+{
+    struct lookup_arg *a = p;
+    a->size = size_of(a->path);
+    return NULL;
+}
+
+/* Four ranks open four files of one checkpoint directory at once while its
+ * listing is slow (S3 LIST: tens of ms): one LIST answers all four. */
+Test(meta_cache, lookups_in_one_directory_at_once_share_one_listing)
+{
+    cr_assert_eq(mem_store_set(mem, "d/b", "bb", 2, NULL), 0);
+    cr_assert_eq(mem_store_set(mem, "d/c", "ccc", 3, NULL), 0);
+    mem_store_delay(mem, MEM_OP_LIST, 200 * 1000);
+    struct lookup_arg a[4] = {{"/d/a", 0}, {"/d/b", 0}, {"/d/c", 0}, {"/d/missing", 0}};
+    pthread_t t[4];
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(pthread_create(&t[i], NULL, lookup_thread, &a[i]), 0);
+    for (int i = 0; i < 4; i++)
+        pthread_join(t[i], NULL);
+    cr_expect_eq(a[0].size, 10);
+    cr_expect_eq(a[1].size, 2);
+    cr_expect_eq(a[2].size, 3);
+    cr_expect_eq(a[3].size, -ENOENT);
+    cr_expect_eq(mem_store_calls(mem, MEM_OP_LIST), 1, "%llu LISTs for one directory",
+                 (unsigned long long)mem_store_calls(mem, MEM_OP_LIST));
+    cr_expect_eq(mem_store_calls(mem, MEM_OP_STAT), 0, "the listing answers every name");
+    cr_expect_eq(atomic_load(&core->listing_waits), 3);
 }
