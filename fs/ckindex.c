@@ -55,6 +55,7 @@ struct build_job {
     struct ckindex *ci;
     char fingerprint[IDXDB_FP_MAX];
     char etag[STORE_ETAG_MAX]; /* of the .metadata version fingerprinted */
+    uint64_t size;             /* ... and its size */
     /* A .metadata this mount published: its bytes and the files it names
      * with their sizes on the store (NULL/0: read the store). */
     void *bytes;
@@ -144,22 +145,24 @@ static int rebuild_as(struct ckindex *ci, const char *dir, const char *from, con
     return mine;
 }
 
-/* Parse dir's checkpoint with its .metadata pinned to etag and store it
- * under key and fp: 0 and *id, -ESTALE if .metadata is no longer that
- * version, or another error (e says why). */
+/* Parse dir's checkpoint with its .metadata pinned to the version noticed
+ * (etag, size) and store it under key and fp: 0 and *id, -ESTALE if
+ * .metadata is no longer that version, or another error (e says why). The
+ * store sees one LIST (the shards' sizes) and one GET of .metadata. */
 static int build_pinned(struct ckindex *ci, const char *dir, const char *key, const char *etag,
-                        const char *fp, uint64_t *id, struct ckpt_err *e)
+                        uint64_t size, const char *fp, uint64_t *id, struct ckpt_err *e)
 {
     char *mpath = ckpt_path_join(dir, ".metadata");
     if (!mpath)
         return -ENOMEM;
-    struct ckpt_io_pin pin = {ci->store, mpath, etag};
+    struct ckpt_io_pin pin = {ci->store, mpath, etag, size};
     struct ckpt_io io;
     ckpt_io_from_store_pinned(&io, &pin);
     struct ckpt_load_options opt;
     ckpt_load_options_default(&opt);
     struct ckpt *c = NULL;
-    int rc = ckpt_load(&io, dir, &opt, &c, e);
+    /* A DCP checkpoint for sure (a .metadata was opened): no detection listing. */
+    int rc = ckpt_load_file(&io, dir, ".metadata", &opt, &c, e);
     if (rc == 0)
         rc = idxdb_put(ci->db, key, fp, c, id, e);
     if (rc == 0)
@@ -221,7 +224,7 @@ static void build_job_run(void *arg)
             }
         }
         if (rc != 0)
-            rc = build_pinned(ci, j->dir, key, j->etag, j->fingerprint, &id, &e);
+            rc = build_pinned(ci, j->dir, key, j->etag, j->size, j->fingerprint, &id, &e);
         if (rc == 0) {
             finish_build(ci, j->dir, j->fingerprint, DIR_READY, id, 0);
             break;
@@ -241,6 +244,7 @@ static void build_job_run(void *arg)
                 break;
             snprintf(j->fingerprint, sizeof j->fingerprint, "%s", fp);
             snprintf(j->etag, sizeof j->etag, "%s", st.etag);
+            j->size = st.size;
             continue;
         }
         /* Once per .metadata version: the state stays FAILED until it changes. */
@@ -292,6 +296,7 @@ static struct build_job *notice_job(struct ckindex *ci, const char *dir,
     j->ci = ci;
     snprintf(j->fingerprint, sizeof j->fingerprint, "%s", fp);
     snprintf(j->etag, sizeof j->etag, "%s", metadata->etag);
+    j->size = metadata->size;
     memcpy(j->dir, dir, len + 1);
     return j;
 }

@@ -18,10 +18,13 @@ struct ckpt_io_pin {
     struct store *store;
     const char *path; /* store path */
     const char *etag; /* "" pins nothing (a backend without etags) */
+    uint64_t size;    /* pin->path's size in that version */
 };
 
 /* Fill io so that it reads through pin->store, with reads of pin->path
- * pinned to pin->etag. pin (and its strings) must outlive io. */
+ * pinned to pin->etag and its stat answered from the pin (no request; a
+ * read of another version fails -ESTALE). pin (and its strings) must
+ * outlive io. */
 void ckpt_io_from_store_pinned(struct ckpt_io *io, const struct ckpt_io_pin *pin);
 
 /* A checkpoint directory as this mount just published it: the .metadata's

@@ -120,6 +120,7 @@ Test(ckindex, builds_then_a_reopen_reuses_the_stored_index)
 {
     cr_assert_eq(ckindex_is_checkpoint(ci, "ck"), 0);
     struct store_stat md = stat_of("ck/.metadata");
+    uint64_t stats0 = mem_store_calls(ms, MEM_OP_STAT), lists0 = mem_store_calls(ms, MEM_OP_LIST);
     ckindex_notice(ci, "ck", &md);
     cr_assert_eq(ckindex_is_checkpoint(ci, "ck"), 1);
     struct ckindex_stats st = wait_settled(1);
@@ -127,6 +128,11 @@ Test(ckindex, builds_then_a_reopen_reuses_the_stored_index)
     cr_assert_eq(st.built, 1);
     cr_assert_eq(st.reused, 0);
     cr_assert_eq(st.failed, 0);
+    /* The noticed version's size and a .metadata known to be there: the
+     * build asks the store for one listing (the shards' sizes) and the GET. */
+    cr_expect_eq(mem_store_calls(ms, MEM_OP_STAT) - stats0, 0, "a stat (HEAD) of .metadata");
+    cr_expect_eq(mem_store_calls(ms, MEM_OP_LIST) - lists0, 1, "%llu listings",
+                 (unsigned long long)(mem_store_calls(ms, MEM_OP_LIST) - lists0));
     /* The same version noticed again: nothing new. */
     uint64_t reads = mem_store_calls(ms, MEM_OP_READ);
     ckindex_notice(ci, "ck", &md);
