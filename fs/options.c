@@ -137,7 +137,7 @@ static const struct opt table[] = {
     {"cache-size", 0, K_SIZE64, F(core.cache_size), 16 * MiB, 0, "SIZE",
      "memory for cached file data, e.g. 512M, 4G (1G)", NULL, NULL},
     {"request-size", 0, K_SIZE32, F(core.request_size), 1 * MiB, 64 * MiB, "SIZE",
-     "largest single ranged GET of a readahead (8M)", NULL, NULL},
+     "largest single ranged GET of a readahead or a\ncheckpoint item (8M)", NULL, NULL},
     {"readahead", 0, K_SIZE64, F(core.readahead_max), 1 * MiB, 0, "SIZE",
      "largest sequential readahead window (256M, at most\na quarter of the cache size)", NULL,
      NULL},
