@@ -367,11 +367,13 @@ static struct listing_flight *listing_in_flight_locked(struct core *core, const 
     return l;
 }
 
-/* 1 if this thread is now the one listing dir (listing_finish() must
- * follow); 0 after waiting for another thread's listing of dir to end (its
- * mark answers now, or it failed). -ENOMEM: list without taking part. */
-static int listing_claim(struct core *core, const char *dir)
+/* 1 if this thread is now the one listing dir (*mine is its entry, for
+ * listing_finish()); 0 after waiting for another thread's listing of dir to
+ * end (its mark answers now, or it failed). -ENOMEM: list without taking
+ * part (*mine NULL). */
+static int listing_claim(struct core *core, const char *dir, struct listing_flight **mine)
 {
+    *mine = NULL;
     pthread_mutex_lock(&core->listing_lock);
     if (listing_in_flight_locked(core, dir)) {
         atomic_fetch_add(&core->listing_waits, 1);
@@ -388,20 +390,20 @@ static int listing_claim(struct core *core, const char *dir)
         core->listings = l;
     }
     pthread_mutex_unlock(&core->listing_lock);
+    *mine = l;
     return l ? 1 : -ENOMEM;
 }
 
-/* The listing of dir claimed by this thread ended: wake who waits for it. */
-static void listing_finish(struct core *core, const char *dir)
+/* The listing this thread claimed (mine) ended: wake who waits for it. */
+static void listing_finish(struct core *core, struct listing_flight *mine)
 {
     pthread_mutex_lock(&core->listing_lock);
     struct listing_flight **pp = &core->listings;
-    while (*pp && strcmp((*pp)->dir, dir) != 0)
+    while (*pp && *pp != mine)
         pp = &(*pp)->next;
     assert(*pp); /* claimed by this thread, so still there */
-    struct listing_flight *l = *pp;
-    *pp = l->next;
-    free(l);
+    *pp = mine->next;
+    free(mine);
     pthread_cond_broadcast(&core->listing_done);
     pthread_mutex_unlock(&core->listing_lock);
 }
@@ -432,18 +434,18 @@ static enum listing_state dir_listing(struct core *core, const char *dir)
 {
     if (core->cfg.attr_timeout <= 0)
         return NOT_LISTED; /* nothing is cached: a listing would answer one lookup */
-    int claim;
+    struct listing_flight *mine;
     for (;;) {
         int known = listing_from_mark(core, dir);
         if (known >= 0)
             return (enum listing_state)known;
-        if ((claim = listing_claim(core, dir)) != 0)
+        if (listing_claim(core, dir, &mine) != 0)
             break;
         /* another thread's listing ended: its mark answers, or it failed */
     }
     enum listing_state st = list_dir(core, dir);
-    if (claim > 0)
-        listing_finish(core, dir);
+    if (mine)
+        listing_finish(core, mine);
     return st;
 }
 
