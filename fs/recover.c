@@ -17,6 +17,7 @@
  * then the crash came before the id was journaled) are aborted. Records of
  * other stores are left alone for a mount of that store.
  */
+#include "clock.h"
 #include "log.h"
 #include "parts.h"
 #include "strutil.h"
@@ -54,11 +55,28 @@ static int abort_one(void *arg, const char *upload_id)
     return 0;
 }
 
+/* Remember key for the second sweep (lock not held: recovery runs before
+ * the workers and the supervisor start). */
+static void note_sweep(struct stage *st, const char *key)
+{
+    for (size_t i = 0; i < st->nsweep_keys; i++)
+        if (strcmp(st->sweep_keys[i], key) == 0)
+            return;
+    char **n = realloc(st->sweep_keys, (st->nsweep_keys + 1) * sizeof *n);
+    if (!n)
+        return;
+    st->sweep_keys = n;
+    if ((n[st->nsweep_keys] = strdup(key)) != NULL)
+        st->nsweep_keys++;
+}
+
 /* Abort every multipart upload in progress for key except keep. */
 static void abort_strays(struct stage *st, const char *key, const char *keep)
 {
     if (!*key)
         return;
+    if (!st->sweep_at) /* the first sweep (recovery): note the key for the second */
+        note_sweep(st, key);
     struct abort_ctx a = {st->store, key, keep, 0};
     int rc = st->store->ops->mpu_list(st->store, key, abort_one, &a);
     if (rc == -ENOSYS) /* a server that cannot list them (s3rver) */
@@ -313,6 +331,11 @@ static void keep_orphans(struct stage *st, struct recover_ctx *c)
     closedir(d);
 }
 
+/* How long after recovery the second sweep comes: a request the dead
+ * daemon sent (CreateMultipartUpload) may still be on its way to the store
+ * during the first one, held by a proxy or a load balancer. */
+#define SWEEP_AGAIN_AFTER 2.0
+
 void recover_journal(struct stage *st)
 {
     struct recover_ctx c = {.st = st};
@@ -322,6 +345,8 @@ void recover_journal(struct stage *st)
     else
         keep_orphans(st, &c);
     free(c.ids);
+    if (st->nsweep_keys)
+        st->sweep_at = mono_seconds() + SWEEP_AGAIN_AFTER;
     if (c.restaged || c.moved || c.discarded)
         log_info("recover: %zu file%s to upload, %zu not publishable (kept), %zu discarded",
                  c.restaged, c.restaged == 1 ? "" : "s", c.moved, c.discarded);
@@ -329,4 +354,58 @@ void recover_journal(struct stage *st)
         log_warn("recover: %zu staged file%s in this cache directory belong to another store; "
                  "they are uploaded when that store is mounted with it",
                  c.foreign, c.foreign == 1 ? "" : "s");
+}
+
+/* The upload id a live file of this mount holds for key: "" if none; NULL
+ * if one is being begun or several hold one (the sweep must keep off it). */
+static const char *owned_upload(struct stage *st, const char *key)
+{
+    const char *owned = "";
+    for (struct wfile *wf = st->files; wf; wf = wf->next) {
+        if (!wf->upload_key || strcmp(wf->upload_key, key) != 0 || wf->mpu == MPU_NONE)
+            continue;
+        if (wf->mpu == MPU_BEGINNING || *owned || !wf->upload_id)
+            return NULL;
+        owned = wf->upload_id;
+    }
+    return owned;
+}
+
+double recover_sweep_again(struct stage *st)
+{
+    if (!st->sweep_at)
+        return 0;
+    if (mono_seconds() < st->sweep_at)
+        return st->sweep_at;
+    size_t n = st->nsweep_keys;
+    char **keys = st->sweep_keys, **keep = calloc(n ? n : 1, sizeof *keep);
+    if (!keep)
+        return mono_seconds() + 1; /* try again */
+    for (size_t i = 0; i < n; i++) {
+        const char *id = owned_upload(st, keys[i]);
+        keep[i] = id ? strdup(id) : NULL;
+    }
+    pthread_mutex_unlock(&st->lock);
+    for (size_t i = 0; i < n; i++) {
+        if (keep[i])
+            abort_strays(st, keys[i], keep[i]);
+        else
+            log_debug("recover: %s is being uploaded again: no second sweep of it", keys[i]);
+        free(keep[i]);
+    }
+    free(keep);
+    pthread_mutex_lock(&st->lock);
+    recover_sweep_forget(st);
+    pthread_cond_broadcast(&st->changed); /* a sync waits for the sweep */
+    return 0;
+}
+
+void recover_sweep_forget(struct stage *st)
+{
+    for (size_t i = 0; i < st->nsweep_keys; i++)
+        free(st->sweep_keys[i]);
+    free(st->sweep_keys);
+    st->sweep_keys = NULL;
+    st->nsweep_keys = 0;
+    st->sweep_at = 0;
 }

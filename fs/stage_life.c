@@ -79,7 +79,7 @@ int stage_sync(struct stage *st, const char *dir)
             left++;
             bytes += wf->size;
         }
-        if (left == 0) {
+        if (left == 0 && (!st->sweep_at || st->stopping)) { /* and recovery's sweep done */
             if (failed)
                 rc = -EIO;
             break;
@@ -89,7 +89,7 @@ int stage_sync(struct stage *st, const char *dir)
             break;
         }
         double now = mono_seconds();
-        if (now - logged >= 2) {
+        if (left && now - logged >= 2) {
             logged = now;
             log_info("sync: %zu file%s (%.1f MiB) left to upload after %.0f s", left,
                      left == 1 ? "" : "s", (double)bytes / (1 << 20), now - start);
@@ -135,6 +135,9 @@ static void *supervisor_main(void *arg)
         if (t > 0 && t < next)
             next = t;
         t = commit_check_all(st);
+        if (t > 0 && t < next)
+            next = t;
+        t = recover_sweep_again(st);
         if (t > 0 && t < next)
             next = t;
         if (st->stopping)
@@ -335,6 +338,10 @@ static void drain(struct stage *st)
             left++;
             bytes += wf->size;
         }
+        if (left == 0 && st->sweep_at) { /* recovery's second sweep first */
+            pthread_cond_wait(&st->changed, &st->lock);
+            continue;
+        }
         if (left == 0) {
             if (stuck)
                 log_warn("unmount: %zu file%s could not be uploaded; kept in %s for the next "
@@ -373,6 +380,7 @@ void stage_close(struct stage *st)
     pthread_mutex_unlock(&st->lock);
     if (st->supervisor_started)
         pthread_join(st->supervisor, NULL);
+    recover_sweep_forget(st);   /* an abandoned unmount does not wait for it */
     workq_destroy(st->uploads); /* jobs still queued see `stopping` and return at once */
     size_t kept = 0;
     while (st->files) {

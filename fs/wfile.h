@@ -146,6 +146,9 @@ struct stage {
     struct cpu_pressure *psi; /* the kernel's CPU pressure file, if cfg.cpu_pressure reads it */
     pthread_t supervisor;
     int supervisor_started;
+    char **sweep_keys; /* keys recovery cleaned, to clean again at sweep_at */
+    size_t nsweep_keys;
+    double sweep_at; /* monotonic; 0 = no second sweep pending */
     struct stage_stats stats;
 };
 
@@ -252,5 +255,15 @@ void commit_snapshot_free(struct stage_commit_snapshot *s);
  * to CACHE_DIR/recovered; abort multipart uploads nobody will complete.
  * Called once from stage_open, before the mount serves requests. */
 void recover_journal(struct stage *st);
+
+/* The second sweep of the multipart uploads recovery cleaned (lock held; the
+ * supervisor calls it): once its time has come, abort again the uploads of
+ * those keys that no live file of this mount owns - requests the dead
+ * daemon had sent may reach the store after the first sweep. Returns when
+ * it is due (monotonic), or 0 once done or if none is pending. */
+double recover_sweep_again(struct stage *st);
+
+/* Drop a pending second sweep without making it (lock held; stage_close). */
+void recover_sweep_forget(struct stage *st);
 
 #endif

@@ -612,6 +612,56 @@ Test(stage, remount_cleans_an_upload_begun_for_a_file_never_journaled)
     free(b);
 }
 
+/* The "crash" of remount_cleans_an_upload_begun_for_a_file_never_journaled:
+ * a file being written at path, whose upload the dead daemon began. */
+static void crash_with_an_unrecorded_upload(const char *path)
+{
+    unsigned char *b = pattern(2000, 18);
+    struct wfile *wf;
+    cr_assert_eq(stage_create(st, path, &wf), 0);
+    stage_writer_open(st, wf);
+    cr_assert_eq(stage_write(st, wf, b, 2000, 0), 2000);
+    struct store *s = mem_store_base(mem);
+    char id[STORE_UPLOAD_ID_MAX];
+    cr_assert_eq(s->ops->mpu_begin(s, path, id), 0);
+    stage_close(st);
+    st = NULL;
+    free(b);
+}
+
+Test(stage, remount_sweeps_again_for_a_begin_that_lands_after_recovery)
+{
+    /* The dead daemon's CreateMultipartUpload, held up on its way (a proxy),
+     * reaches the store after recovery listed the key's uploads. */
+    crash_with_an_unrecorded_upload("r/late");
+    open_stage();
+    cr_assert_eq(mem_store_uploads_in_progress(mem), 0);
+    struct store *s = mem_store_base(mem);
+    char id[STORE_UPLOAD_ID_MAX];
+    cr_assert_eq(s->ops->mpu_begin(s, "r/late", id), 0); /* lands now */
+    cr_assert_eq(stage_sync(st, ""), 0);
+    cr_assert_eq(mem_store_uploads_in_progress(mem), 0, "the late upload was left behind");
+}
+
+Test(stage, the_second_sweep_keeps_this_mounts_own_upload_of_the_key)
+{
+    crash_with_an_unrecorded_upload("r/again");
+    open_stage();
+    /* The trainer writes the same name again; its upload is being completed
+     * (slowly) when the second sweep comes. */
+    mem_store_delay(mem, MEM_OP_MPU_COMPLETE, 2500000);
+    uint64_t begins = mem_store_calls(mem, MEM_OP_MPU_BEGIN);
+    size_t n = 3 * PART + 5;
+    unsigned char *d = pattern(n, 19);
+    write_whole("r/again", d, n, PART);
+    cr_assert_eq(stage_sync(st, ""), 0);
+    assert_stored("r/again", d, n);
+    cr_assert_eq(mem_store_calls(mem, MEM_OP_MPU_BEGIN), begins + 1,
+                 "the sweep aborted this mount's own upload (it was begun again)");
+    cr_assert_eq(mem_store_uploads_in_progress(mem), 0);
+    free(d);
+}
+
 Test(stage, remount_resumes_a_multipart_upload)
 {
     mem_store_fail(mem, MEM_OP_MPU_COMPLETE, -EIO, -1);
