@@ -426,7 +426,10 @@ static int uploads_yield(struct stage *st, double since)
     if (now - since >= st->cfg.upload_yield_max ||
         stage_recent_writes(st, now) < UPLOAD_YIELD_WRITES)
         return 0;
-    return st->cfg.cpu_pressure(st->cfg.cpu_pressure_arg, now) >= UPLOAD_YIELD_PRESSURE;
+    /* Unknown (the first reading of a save, after a quiet second): wait
+     * for the next window's reading rather than start uploads blind. */
+    double pressure = st->cfg.cpu_pressure(st->cfg.cpu_pressure_arg, now);
+    return pressure < 0 || pressure >= UPLOAD_YIELD_PRESSURE;
 }
 
 /* Wait while uploads yield to the writers (lock held). */

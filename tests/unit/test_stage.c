@@ -823,6 +823,22 @@ Test(stage, remote_mode_uploads_never_yield)
     free(d);
 }
 
+Test(stage, an_unknown_cpu_pressure_holds_uploads_until_it_is_read)
+{
+    /* The first reading of a save (or after a quiet second) is unknown: the
+     * uploads wait for the next one instead of starting blind. */
+    reopen_staged();
+    struct busy_writer b = {0};
+    unsigned char *d = close_while_writing(&b, -1, "a", 27, NULL);
+    usleep(300000);
+    cr_assert_not(stored("a"), "uploaded before the CPU pressure was known");
+    pressure_now = 0.1;
+    cr_assert(wait_stored("a", 2), "not uploaded once the CPU was known to be idle");
+    busy_stop(&b);
+    assert_stored("a", d, 3000);
+    free(d);
+}
+
 Test(stage, a_trickle_of_writes_does_not_hold_uploads_back)
 {
     reopen_staged();
