@@ -914,6 +914,7 @@ int core_stats_json(struct core *core, char *buf, size_t len)
     char writes[1536];
     snprintf(writes, sizeof writes,
              "\"write\": {\"enabled\": %s, \"fsync\": \"%s\", \"write_bytes\": %llu, "
+             "\"writeback_starts\": %llu, "
              "\"files_staged\": %llu, \"files_published\": %llu, \"bytes_uploaded\": %llu, "
              "\"pending_files\": %llu, \"pending_bytes\": %llu, \"staged_bytes\": %llu, "
              "\"upload_failures\": %llu, \"commits\": %llu, \"commit_timeouts\": %llu, "
@@ -924,12 +925,13 @@ int core_stats_json(struct core *core, char *buf, size_t len)
              "\"upload_list_requests\": %llu, \"copy_requests\": %llu, "
              "\"delete_requests\": %llu, \"last_publish\": %.3f}",
              core->stage ? "true" : "false", core->cfg.stage.fsync_remote ? "remote" : "staged",
-             U(ws.write_bytes), U(ws.files_staged), U(ws.files_published), U(ws.bytes_uploaded),
-             U(ws.pending_files), U(ws.pending_bytes), U(ws.staged_bytes), U(ws.upload_failures),
-             U(ws.commits), U(ws.commit_timeouts), U(ws.budget_waits), U(ws.upload_yields),
-             ws.upload_yield_seconds, U(ws.recovered_files), A(put_requests), A(put_bytes),
-             A(mpu_begin_requests), A(part_requests), A(complete_requests), A(abort_requests),
-             A(upload_list_requests), A(copy_requests), A(delete_requests), ws.last_publish);
+             U(ws.write_bytes), U(ws.writeback_starts), U(ws.files_staged), U(ws.files_published),
+             U(ws.bytes_uploaded), U(ws.pending_files), U(ws.pending_bytes), U(ws.staged_bytes),
+             U(ws.upload_failures), U(ws.commits), U(ws.commit_timeouts), U(ws.budget_waits),
+             U(ws.upload_yields), ws.upload_yield_seconds, U(ws.recovered_files), A(put_requests),
+             A(put_bytes), A(mpu_begin_requests), A(part_requests), A(complete_requests),
+             A(abort_requests), A(upload_list_requests), A(copy_requests), A(delete_requests),
+             ws.last_publish);
 #undef A
 #undef U
     return snprintf(

@@ -43,7 +43,10 @@ static void *op_init(struct fuse_conn_info *conn, struct fuse_config *cfg)
         conn->want |= FUSE_CAP_SPLICE_WRITE;
     if (conn->capable & FUSE_CAP_SPLICE_MOVE)
         conn->want |= FUSE_CAP_SPLICE_MOVE;
-    /* ... and hand written bytes to us in a pipe, to splice into staging. */
+    /* ... and hand written bytes to us in a pipe, to splice into staging.
+     * (libfuse 3.14 does so only if its pipe can hold a whole request, over
+     * 1 MiB: with fs.pipe-max-size raised or CAP_SYS_RESOURCE; otherwise it
+     * reads requests into memory, and fuse_buf_copy writes them.) */
     if (conn->capable & FUSE_CAP_SPLICE_READ)
         conn->want |= FUSE_CAP_SPLICE_READ;
     conn->congestion_threshold = 48;
@@ -89,6 +92,16 @@ static int op_readdir(const char *path, void *buf, fuse_fill_dir_t filler, off_t
     return core_readdir(ctx()->core, path, fill_one, &fc);
 }
 
+/* A write-only descriptor's bytes go to us without a copy into the kernel's
+ * page cache for the file (direct_io): one copy less per written byte. Not
+ * for read-write descriptors, which a shared mmap needs and which libfuse
+ * 3.14 cannot map with direct_io (FUSE_DIRECT_IO_ALLOW_MMAP is newer). */
+static void write_only_direct(struct fuse_file_info *fi)
+{
+    if ((fi->flags & O_ACCMODE) == O_WRONLY)
+        fi->direct_io = 1;
+}
+
 static int op_open(const char *path, struct fuse_file_info *fi)
 {
     struct core_file *f;
@@ -98,6 +111,7 @@ static int op_open(const char *path, struct fuse_file_info *fi)
         return rc;
     fi->fh = (uint64_t)(uintptr_t)f;
     fi->keep_cache = keep;
+    write_only_direct(fi);
     return 0;
 }
 
@@ -109,12 +123,12 @@ static int op_create(const char *path, mode_t mode, struct fuse_file_info *fi)
     if (rc < 0)
         return rc;
     fi->fh = (uint64_t)(uintptr_t)f;
+    write_only_direct(fi);
     return 0;
 }
 
-/* Writes come as a buffer vector: with splice, a pipe holding the bytes the
- * kernel sent, which fuse_buf_copy splices straight into the staging file
- * (no copy through us); otherwise memory. */
+/* Writes come as a buffer vector: memory, or with splice a pipe holding the
+ * bytes the kernel sent, which fuse_buf_copy splices into the staging file. */
 static int op_write_buf(const char *path, struct fuse_bufvec *in, off_t off,
                         struct fuse_file_info *fi)
 {

@@ -6,6 +6,7 @@ byte on the store itself (boto3 / the directory), not only through the mount.
 
 import errno
 import hashlib
+import mmap
 import multiprocessing
 import os
 import random
@@ -280,6 +281,45 @@ def test_read_your_writes_while_writing(wstore, mounter):
             assert r.read() == want
     finally:
         os.close(fd)
+
+
+def test_a_reader_sees_rewrites_through_a_write_only_descriptor(wstore, mounter):
+    """§2: bytes rewritten through a write-only descriptor (which bypasses the kernel's
+    page cache) are what a reader that already read the old bytes reads next."""
+    mnt = mounter(wstore, "--part-size", "5M")
+    old, new = harness.data(MiB, seed=10), harness.data(64 * 1024, seed=11)
+    fd = os.open(mnt.p("rewritten.bin"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    try:
+        os.write(fd, old)
+        r = os.open(mnt.p("rewritten.bin"), os.O_RDONLY)
+        try:
+            assert os.pread(r, MiB, 0) == old
+            os.pwrite(fd, new, 4096)
+            assert os.pread(r, MiB, 0) == old[:4096] + new + old[4096 + len(new):]
+        finally:
+            os.close(r)
+    finally:
+        os.close(fd)
+    mnt.sync()
+    assert wstore.get("rewritten.bin") == old[:4096] + new + old[4096 + len(new):]
+
+
+def test_shared_mmap_writes_of_a_new_file(wstore, mounter):
+    """§1: a file created read-write can be written through a shared mapping (numpy's
+    memmap mode w+ does this); the store gets the mapped bytes."""
+    mnt = mounter(wstore)
+    want = harness.data(2 * MiB, seed=12)
+    fd = os.open(mnt.p("mapped.bin"), os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.ftruncate(fd, len(want))
+        m = mmap.mmap(fd, len(want), mmap.MAP_SHARED)
+        m[:] = want
+        m.flush()
+        m.close()
+    finally:
+        os.close(fd)
+    mnt.sync()
+    assert wstore.get("mapped.bin") == want
 
 
 def test_poller_never_sees_a_partial_object(wstore, mounter):

@@ -12,12 +12,14 @@
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -859,5 +861,103 @@ Test(stage, an_upload_waits_for_writers_at_most_upload_yield_max)
     cr_assert(wait_stored("a", 3), "the writers starved the upload");
     cr_assert_geq(now() - t0, 0.4, "the upload did not wait for the writers");
     busy_stop(&b);
+    free(d);
+}
+
+/* ---- staged writes start their disk writes (stage.c) -------------------- */
+
+/* The page-cache state of a file (Linux 6.5+'s cachestat). */
+#ifndef __NR_cachestat
+#define __NR_cachestat 451
+#endif
+struct cachestat_range {
+    uint64_t off, len;
+};
+struct cachestat {
+    uint64_t nr_cache, nr_dirty, nr_writeback, nr_evicted, nr_recently_evicted;
+};
+
+/* Dirty pages of fd (0..), or -1 if the kernel cannot say. */
+static long dirty_pages(int fd)
+{
+    struct cachestat_range all = {0, 0};
+    struct cachestat cs;
+    return syscall(__NR_cachestat, fd, &all, &cs, 0) == 0 ? (long)cs.nr_dirty : -1;
+}
+
+/* Skip unless the staging directory's file system writes dirty pages back
+ * (tmpfs does not: its pages stay dirty) and the kernel reports them. */
+static void need_writeback_reports(void)
+{
+    char path[sizeof dir + 16];
+    snprintf(path, sizeof path, "%s/probe", dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+    cr_assert_geq(fd, 0);
+    unsigned char page[4096] = {1};
+    cr_assert_eq(pwrite(fd, page, sizeof page, 0), (ssize_t)sizeof page);
+    long before = dirty_pages(fd);
+    fdatasync(fd);
+    long after = dirty_pages(fd);
+    close(fd);
+    unlink(path);
+    if (before != 1 || after != 0)
+        cr_skip_test("no page-cache writeback reports here (cachestat %ld/%ld)", before, after);
+}
+
+/* Write n bytes of d at offset 0 of a new file at path the way the FUSE
+ * adapter does (begin, write to the staging descriptor, end): the staging
+ * descriptor, valid while *wf is held. */
+static int write_through_staging(const char *path, const unsigned char *d, size_t n,
+                                 struct wfile **wf)
+{
+    cr_assert_eq(stage_create(st, path, wf), 0);
+    stage_writer_open(st, *wf);
+    int fd = stage_write_begin(st, *wf, 0, n);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(pwrite(fd, d, n, 0), (ssize_t)n);
+    stage_write_end(st, *wf, 0, n, (ssize_t)n);
+    return fd;
+}
+
+Test(stage, a_large_staged_write_starts_its_disk_write_at_once)
+{
+    need_writeback_reports();
+    reopen_staged();
+    const size_t n = 1024 * KiB;
+    unsigned char *d = pattern(n, 28);
+    struct wfile *wf;
+    int fd = write_through_staging("big", d, n, &wf);
+    long dirty = dirty_pages(fd);
+    for (int i = 0; i < 200 && dirty != 0; i++) { /* the disk write, not the kernel's 30 s flush */
+        usleep(10000);
+        dirty = dirty_pages(fd);
+    }
+    cr_assert_eq(dirty, 0, "%ld pages still dirty 2 s after the write", dirty);
+    struct stage_stats s;
+    stage_get_stats(st, &s);
+    cr_assert_eq(s.writeback_starts, 1);
+    stage_writer_close(st, wf);
+    stage_put(st, wf);
+    free(d);
+}
+
+Test(stage, remote_mode_and_small_writes_leave_the_disk_write_to_the_kernel)
+{
+    need_writeback_reports();
+    const size_t n = 1024 * KiB; /* remote mode (the default here): nothing started */
+    unsigned char *d = pattern(n, 29);
+    struct wfile *wf;
+    int fd = write_through_staging("remote", d, n, &wf);
+    cr_assert_gt(dirty_pages(fd), 0);
+    stage_writer_close(st, wf);
+    stage_put(st, wf);
+    reopen_staged(); /* staged mode, a write under WRITEBACK_MIN */
+    fd = write_through_staging("small", d, 64 * KiB, &wf);
+    cr_assert_eq(dirty_pages(fd), 16);
+    struct stage_stats s;
+    stage_get_stats(st, &s);
+    cr_assert_eq(s.writeback_starts, 0);
+    stage_writer_close(st, wf);
+    stage_put(st, wf);
     free(d);
 }
