@@ -701,26 +701,8 @@ uint64_t stage_recent_writes(struct stage *st, double now)
     return age < 2 * WRITE_WINDOW ? st->write_window : 0;
 }
 
-/* Staged mode's fsync waits for the staging file to reach the disk. A write
- * of at least WRITEBACK_MIN bytes starts the disk write of those bytes at
- * once (asynchronously), so that by the fsync most of the file is on disk
- * and the flush overlaps the trainer's writing instead of following it. In
- * remote mode nothing waits for the staging disk (and a staging file often
- * goes before the kernel would write it), so nothing is started there; nor
- * for small writes, whose pages a random writer may dirty again. */
-#define WRITEBACK_MIN (256u << 10)
-
-/* 1 if it started the disk write of what was just written, else 0. */
-static int start_writeback(struct stage *st, struct wfile *wf, uint64_t off, ssize_t written)
-{
-    if (st->cfg.fsync_remote || written < (ssize_t)WRITEBACK_MIN)
-        return 0;
-    return sync_file_range(wf->fd, (off_t)off, (off_t)written, SYNC_FILE_RANGE_WRITE) == 0;
-}
-
 void stage_write_end(struct stage *st, struct wfile *wf, uint64_t off, size_t len, ssize_t written)
 {
-    int writeback = start_writeback(st, wf, off, written);
     uint64_t base = st->cfg.part_size;
     uint32_t p0 = parts_at(base, off), p1 = parts_at(base, off + len - 1);
     pthread_mutex_lock(&st->lock);
@@ -734,8 +716,8 @@ void stage_write_end(struct stage *st, struct wfile *wf, uint64_t off, size_t le
     wf->mtime = wall_seconds();
     if (written > 0) {
         st->stats.write_bytes += (uint64_t)written;
-        st->stats.writeback_starts += (uint64_t)writeback;
         note_write(st, (uint64_t)written);
+        writeback_note(st, wf, written);
     }
     upload_kick(st, wf);
     pthread_mutex_unlock(&st->lock);

@@ -68,7 +68,7 @@ void stage_config_defaults(struct stage_config *cfg);
 
 struct stage_stats {
     uint64_t write_bytes;        /* bytes written by clients */
-    uint64_t writeback_starts;   /* staged-mode writes whose disk write began at once */
+    uint64_t writeback_starts;   /* staged mode: disk writes started early (writeback.c) */
     uint64_t files_staged;       /* files that entered staging */
     uint64_t files_published;    /* uploads completed */
     uint64_t bytes_uploaded;     /* bytes of completed objects */

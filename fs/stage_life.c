@@ -280,6 +280,8 @@ int stage_open(struct store *store, const char *store_name, const struct stage_c
         else
             st->supervisor_started = 1;
     }
+    if (rc == 0 && (rc = writeback_start(st)) < 0)
+        snprintf(err, errlen, "cannot start the staging flusher: %s", strerror(-rc));
     if (rc < 0) {
         st->stopping = 1;
         stage_close(st);
@@ -380,6 +382,7 @@ void stage_close(struct stage *st)
     pthread_mutex_unlock(&st->lock);
     if (st->supervisor_started)
         pthread_join(st->supervisor, NULL);
+    writeback_stop(st);
     recover_sweep_forget(st);   /* an abandoned unmount does not wait for it */
     workq_destroy(st->uploads); /* jobs still queued see `stopping` and return at once */
     size_t kept = 0;

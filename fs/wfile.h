@@ -90,6 +90,7 @@ struct wfile {
     uint64_t version, seal_version, synced_version, durable_version;
     double sealed_at;      /* monotonic seconds of the last seal */
     int held;              /* a name that is renamed away soon (*.tmp): not uploaded yet */
+    int wb_queued;         /* in the flusher's queue (writeback.c), holding a reference */
     int fsynced_held;      /* fsync was called while held */
     int is_commit;         /* .metadata or *.metadata: published after the files it names */
     int journaled;         /* a record exists in the journal */
@@ -146,6 +147,10 @@ struct stage {
     struct cpu_pressure *psi; /* the kernel's CPU pressure file, if cfg.cpu_pressure reads it */
     pthread_t supervisor;
     int supervisor_started;
+    struct wfile **wb_queue; /* files whose disk write the flusher starts (writeback.c) */
+    size_t wb_n, wb_cap;
+    pthread_t flusher;
+    int flusher_started;
     char **sweep_keys; /* keys recovery cleaned, to clean again at sweep_at */
     size_t nsweep_keys;
     double sweep_at; /* monotonic; 0 = no second sweep pending */
@@ -265,5 +270,18 @@ double recover_sweep_again(struct stage *st);
 
 /* Drop a pending second sweep without making it (lock held; stage_close). */
 void recover_sweep_forget(struct stage *st);
+
+/* ---- early disk writes of staged bytes (writeback.c) ---- */
+
+/* A client wrote `written` bytes to wf (lock held): in staged mode, queue a
+ * large write's file for the flusher to start its disk write. */
+void writeback_note(struct stage *st, struct wfile *wf, ssize_t written);
+
+/* Start the flusher (staged mode only): 0 or a negative errno. */
+int writeback_start(struct stage *st);
+
+/* Join the flusher once st->stopping is set (lock not held); it drops what
+ * is queued. A no-op if it never started. */
+void writeback_stop(struct stage *st);
 
 #endif
