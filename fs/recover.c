@@ -70,13 +70,10 @@ static void note_sweep(struct stage *st, const char *key)
         st->nsweep_keys++;
 }
 
-/* Abort every multipart upload in progress for key except keep. */
-static void abort_strays(struct stage *st, const char *key, const char *keep)
+/* Abort every multipart upload in progress for key except keep: 0, or the
+ * listing's negative errno (-ENOSYS: the store cannot list them). */
+static int abort_uploads(struct stage *st, const char *key, const char *keep)
 {
-    if (!*key)
-        return;
-    if (!st->sweep_at) /* the first sweep (recovery): note the key for the second */
-        note_sweep(st, key);
     struct abort_ctx a = {st->store, key, keep, 0};
     int rc = st->store->ops->mpu_list(st->store, key, abort_one, &a);
     if (rc == -ENOSYS) /* a server that cannot list them (s3rver) */
@@ -86,6 +83,15 @@ static void abort_strays(struct stage *st, const char *key, const char *keep)
     if (a.aborted)
         log_info("recover: aborted %d abandoned multipart upload%s of %s", a.aborted,
                  a.aborted == 1 ? "" : "s", key);
+    return rc < 0 ? rc : 0;
+}
+
+/* Recovery's sweep of key: abort its uploads but keep, and note the key
+ * for the second sweep (unless the store cannot list uploads at all). */
+static void abort_strays(struct stage *st, const char *key, const char *keep)
+{
+    if (*key && abort_uploads(st, key, keep) != -ENOSYS)
+        note_sweep(st, key);
 }
 
 /* mkdir -p of the directories above path (relative to dirfd). */
@@ -388,7 +394,7 @@ double recover_sweep_again(struct stage *st)
     pthread_mutex_unlock(&st->lock);
     for (size_t i = 0; i < n; i++) {
         if (keep[i])
-            abort_strays(st, keys[i], keep[i]);
+            abort_uploads(st, keys[i], keep[i]);
         else
             log_debug("recover: %s is being uploaded again: no second sweep of it", keys[i]);
         free(keep[i]);

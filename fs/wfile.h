@@ -147,11 +147,8 @@ struct stage {
     struct cpu_pressure *psi; /* the kernel's CPU pressure file, if cfg.cpu_pressure reads it */
     pthread_t supervisor;
     int supervisor_started;
-    struct wfile **wb_queue; /* files whose disk write the flusher starts (writeback.c) */
-    size_t wb_n, wb_cap;
-    pthread_t flusher;
-    int flusher_started;
-    char **sweep_keys; /* keys recovery cleaned, to clean again at sweep_at */
+    struct workq *flusher; /* staged mode: one thread starting disk writes (writeback.c) */
+    char **sweep_keys;     /* keys recovery cleaned, to clean again at sweep_at */
     size_t nsweep_keys;
     double sweep_at; /* monotonic; 0 = no second sweep pending */
     struct stage_stats stats;
@@ -280,8 +277,8 @@ void writeback_note(struct stage *st, struct wfile *wf, ssize_t written);
 /* Start the flusher (staged mode only): 0 or a negative errno. */
 int writeback_start(struct stage *st);
 
-/* Join the flusher once st->stopping is set (lock not held); it drops what
- * is queued. A no-op if it never started. */
+/* Stop the flusher once st->stopping is set (lock not held); the jobs
+ * still queued only drop their references. A no-op if it never started. */
 void writeback_stop(struct stage *st);
 
 #endif
