@@ -310,6 +310,7 @@ static int rename_stored(struct core *core, const char *sfrom, const struct stor
     if (s->ops->rename)
         return s->ops->rename(s, sfrom, sto);
     char etag[STORE_ETAG_MAX];
+    stage_wait_sweep(core->stage, sto); /* a large copy is a multipart upload to sto */
     int rc = s->ops->copy(s, sfrom, st->etag, st->size, sto, etag);
     if (rc == 0) {
         struct store_stat ns = *st;

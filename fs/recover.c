@@ -362,19 +362,88 @@ void recover_journal(struct stage *st)
                  c.foreign, c.foreign == 1 ? "" : "s");
 }
 
-/* The upload id a live file of this mount holds for key: "" if none; NULL
- * if one is being begun or several hold one (the sweep must keep off it). */
-static const char *owned_upload(struct stage *st, const char *key)
+/* 1 if a live file of this mount is uploading key (a job queued or in
+ * flight, or a begin under way): its uploads are not the dead daemon's, and
+ * the sweep keeps off the key. Lock held. */
+static int key_in_use(const struct stage *st, const char *key)
 {
-    const char *owned = "";
-    for (struct wfile *wf = st->files; wf; wf = wf->next) {
-        if (!wf->upload_key || strcmp(wf->upload_key, key) != 0 || wf->mpu == MPU_NONE)
-            continue;
-        if (wf->mpu == MPU_BEGINNING || *owned || !wf->upload_id)
-            return NULL;
-        owned = wf->upload_id;
+    for (const struct wfile *wf = st->files; wf; wf = wf->next) {
+        int same = (wf->path && strcmp(wf->path, key) == 0) ||
+                   (wf->upload_key && strcmp(wf->upload_key, key) == 0);
+        if (same && (wf->jobs > 0 || wf->mpu == MPU_BEGINNING))
+            return 1;
     }
-    return owned;
+    return 0;
+}
+
+/* 1 if a live file of this mount holds upload id of key. Lock held. */
+static int upload_owned(const struct stage *st, const char *key, const char *id)
+{
+    for (const struct wfile *wf = st->files; wf; wf = wf->next)
+        if (wf->upload_key && wf->upload_id && strcmp(wf->upload_key, key) == 0 &&
+            strcmp(wf->upload_id, id) == 0)
+            return 1;
+    return 0;
+}
+
+struct id_list {
+    char **ids;
+    size_t n;
+    int oom;
+};
+
+static int collect_id(void *arg, const char *upload_id)
+{
+    struct id_list *l = arg;
+    char **n = realloc(l->ids, (l->n + 1) * sizeof *n);
+    if (!n || !(n[l->n] = strdup(upload_id))) {
+        if (n)
+            l->ids = n;
+        l->oom = 1;
+        return 1; /* stop: the key is swept as far as it was listed */
+    }
+    l->ids = n;
+    l->n++;
+    return 0;
+}
+
+/* The second sweep of one key (lock held, dropped for the requests): list
+ * its uploads, then decide with what the mount holds now, after the
+ * listing, so an upload this mount began meanwhile is never in the list
+ * and one it holds is kept. A key being uploaded is left alone. */
+static void sweep_key_again(struct stage *st, const char *key)
+{
+    struct id_list l = {0};
+    pthread_mutex_unlock(&st->lock);
+    int rc = st->store->ops->mpu_list(st->store, key, collect_id, &l);
+    pthread_mutex_lock(&st->lock);
+    if (rc < 0 && rc != -ENOSYS)
+        log_warn("recover: cannot list multipart uploads of %s: %s", key, strerror(-rc));
+    int skip = st->stopping || key_in_use(st, key);
+    if (skip && l.n && !st->stopping)
+        log_debug("recover: %s is being uploaded again: no second sweep of it", key);
+    size_t n = 0; /* the listed uploads to abort: l.ids[0..n) */
+    for (size_t i = 0; i < l.n; i++) {
+        if (skip || upload_owned(st, key, l.ids[i]))
+            free(l.ids[i]);
+        else
+            l.ids[n++] = l.ids[i];
+    }
+    pthread_mutex_unlock(&st->lock);
+    int aborted = 0;
+    for (size_t i = 0; i < n; i++) {
+        int arc = st->store->ops->mpu_abort(st->store, key, l.ids[i]);
+        if (arc == 0)
+            aborted++;
+        else
+            log_warn("recover: cannot abort a multipart upload of %s: %s", key, strerror(-arc));
+        free(l.ids[i]);
+    }
+    free(l.ids);
+    if (aborted)
+        log_info("recover: aborted %d abandoned multipart upload%s of %s", aborted,
+                 aborted == 1 ? "" : "s", key);
+    pthread_mutex_lock(&st->lock);
 }
 
 double recover_sweep_again(struct stage *st)
@@ -383,26 +452,22 @@ double recover_sweep_again(struct stage *st)
         return 0;
     if (mono_seconds() < st->sweep_at)
         return st->sweep_at;
-    size_t n = st->nsweep_keys;
-    char **keys = st->sweep_keys, **keep = calloc(n ? n : 1, sizeof *keep);
-    if (!keep)
-        return mono_seconds() + 1; /* try again */
-    for (size_t i = 0; i < n; i++) {
-        const char *id = owned_upload(st, keys[i]);
-        keep[i] = id ? strdup(id) : NULL;
-    }
-    pthread_mutex_unlock(&st->lock);
-    for (size_t i = 0; i < n; i++) {
-        if (keep[i])
-            abort_uploads(st, keys[i], keep[i]);
-        else
-            log_debug("recover: %s is being uploaded again: no second sweep of it", keys[i]);
-        free(keep[i]);
-    }
-    free(keep);
-    pthread_mutex_lock(&st->lock);
+    /* sweep_keys stays as it is while the lock is dropped: only this thread
+     * and stage_close (after joining it) change it. */
+    for (size_t i = 0; i < st->nsweep_keys && !st->stopping; i++)
+        sweep_key_again(st, st->sweep_keys[i]);
     recover_sweep_forget(st);
     pthread_cond_broadcast(&st->changed); /* a sync waits for the sweep */
+    return 0;
+}
+
+int recover_sweep_pending(const struct stage *st, const char *key)
+{
+    if (!st->sweep_at)
+        return 0;
+    for (size_t i = 0; i < st->nsweep_keys; i++)
+        if (strcmp(st->sweep_keys[i], key) == 0)
+            return 1;
     return 0;
 }
 

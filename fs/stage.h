@@ -47,9 +47,11 @@ struct stage_config {
     double hold_seconds;    /* how long a *.tmp file waits for its rename */
     double retry_max_delay; /* longest pause between upload attempts after failures */
     /* Staged mode: how contended the CPUs are at monotonic time now, as the
-     * share (0..1) of time some task waited for one, -1 if unknown; uploads
-     * yield to writers at 0.2 and above. NULL = read /proc/pressure/cpu (and
-     * never yield if the kernel has no such file). */
+     * share (0..1) of time some task waited for one, -1 if not known yet,
+     * CPU_PRESSURE_UNREADABLE (cpu_pressure.h) if it cannot be read; uploads
+     * yield to writers at 0.2 and above, and while it is not known yet.
+     * NULL = read /proc/pressure/cpu (and never yield if the kernel has no
+     * such file). */
     double (*cpu_pressure)(void *arg, double now);
     void *cpu_pressure_arg;
     double upload_yield_max; /* longest a staged upload waits for writers (10 s) */
@@ -190,6 +192,12 @@ int stage_unlink(struct stage *st, const char *path);
 
 /* 1 if anything is staged at or below directory dir. */
 int stage_busy_below(struct stage *st, const char *dir);
+
+/* Wait until recovery's second sweep has passed key (a key of an upload
+ * the dead daemon may have begun), so a multipart upload begun for it
+ * outside staging (a server-side copy) is not taken for the dead
+ * daemon's. Returns at once if no sweep of key is pending. */
+void stage_wait_sweep(struct stage *st, const char *key);
 
 /* Publish everything staged at or below dir ("" = everything): seal open
  * files, stop holding temporaries, and wait until all of it is on the store.

@@ -107,6 +107,18 @@ int stage_sync(struct stage *st, const char *dir)
     return rc;
 }
 
+void stage_wait_sweep(struct stage *st, const char *key)
+{
+    pthread_mutex_lock(&st->lock);
+    while (!st->stopping && recover_sweep_pending(st, key)) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += 1;
+        pthread_cond_timedwait(&st->changed, &st->lock, &ts);
+    }
+    pthread_mutex_unlock(&st->lock);
+}
+
 void stage_get_stats(struct stage *st, struct stage_stats *out)
 {
     pthread_mutex_lock(&st->lock);

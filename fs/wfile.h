@@ -258,14 +258,20 @@ void commit_snapshot_free(struct stage_commit_snapshot *s);
  * Called once from stage_open, before the mount serves requests. */
 void recover_journal(struct stage *st);
 
-/* The second sweep of the multipart uploads recovery cleaned (lock held; the
- * supervisor calls it): once its time has come, abort again the uploads of
- * those keys that no live file of this mount owns - requests the dead
- * daemon had sent may reach the store after the first sweep. Returns when
- * it is due (monotonic), or 0 once done or if none is pending. */
+/* The second sweep of the multipart uploads recovery cleaned (lock held,
+ * dropped for each request; the supervisor calls it): once its time has
+ * come, list each key's uploads again and abort those no live file of this
+ * mount holds - requests the dead daemon had sent may reach the store after
+ * the first sweep. A key this mount is uploading is left alone; stopping
+ * ends the sweep between keys. Returns when it is due (monotonic), or 0
+ * once done or if none is pending. */
 double recover_sweep_again(struct stage *st);
 
-/* Drop a pending second sweep without making it (lock held; stage_close). */
+/* 1 if the second sweep is still to pass key (lock held). */
+int recover_sweep_pending(const struct stage *st, const char *key);
+
+/* Drop a pending second sweep without making it (lock held, or the
+ * supervisor joined: stage_close). */
 void recover_sweep_forget(struct stage *st);
 
 /* ---- early disk writes of staged bytes (writeback.c) ---- */

@@ -5,6 +5,7 @@
  * commit ordering and its timeout, the staging budget, and recovery from the
  * journal after an unmount that could not upload. Parts are 64 KiB here
  * (the mem store is told to accept them) so tests stay small. */
+#include "cpu_pressure.h"
 #include "mem_store.h"
 #include "stage.h"
 #include "test_util.h"
@@ -664,6 +665,67 @@ Test(stage, the_second_sweep_keeps_this_mounts_own_upload_of_the_key)
     free(d);
 }
 
+Test(stage, an_upload_begun_while_the_second_sweep_lists_the_key_is_kept)
+{
+    crash_with_an_unrecorded_upload("r/race");
+    open_stage();
+    /* The second sweep's listing of the key is slow (due 2 s after the
+     * mount); the trainer writes the same name again while it is on its way,
+     * and its multipart upload begins before the listing answers. */
+    mem_store_delay(mem, MEM_OP_MPU_LIST, 1000000);
+    mem_store_delay(mem, MEM_OP_MPU_COMPLETE, 1500000);
+    double t0 = now();
+    while (now() - t0 < 2.3)
+        usleep(10000);
+    uint64_t begins = mem_store_calls(mem, MEM_OP_MPU_BEGIN);
+    size_t n = 3 * PART + 5;
+    unsigned char *d = pattern(n, 19);
+    write_whole("r/race", d, n, PART);
+    cr_assert_eq(stage_sync(st, ""), 0, "the sweep aborted the upload begun during its listing");
+    assert_stored("r/race", d, n);
+    cr_assert_eq(mem_store_calls(mem, MEM_OP_MPU_BEGIN), begins + 1, "it was begun again");
+    cr_assert_eq(mem_store_uploads_in_progress(mem), 0);
+    free(d);
+}
+
+Test(stage, an_abandoned_unmount_ends_the_second_sweep_between_keys)
+{
+    unsigned char *b = pattern(2000, 18);
+    const char *paths[] = {"k/a", "k/b", "k/c", "k/d"};
+    for (int i = 0; i < 4; i++) {
+        struct wfile *wf;
+        cr_assert_eq(stage_create(st, paths[i], &wf), 0);
+        stage_writer_open(st, wf);
+        cr_assert_eq(stage_write(st, wf, b, 2000, 0), 2000);
+    }
+    stage_close(st); /* never closed by their writer: recovery sweeps their keys */
+    st = NULL;
+    open_stage();
+    uint64_t lists = mem_store_calls(mem, MEM_OP_MPU_LIST);
+    mem_store_delay(mem, MEM_OP_MPU_LIST, 1000000);
+    double t0 = now();
+    while (now() - t0 < 2.3) /* the second sweep's first listing is on its way */
+        usleep(10000);
+    stage_abandon(st); /* a second SIGTERM */
+    stage_close(st);
+    st = NULL;
+    cr_assert_eq(mem_store_calls(mem, MEM_OP_MPU_LIST), lists + 1,
+                 "the second sweep went on listing keys after the unmount was abandoned");
+    free(b);
+}
+
+Test(stage, a_copy_to_a_swept_key_waits_for_the_second_sweep)
+{
+    crash_with_an_unrecorded_upload("r/copy");
+    open_stage();
+    uint64_t lists = mem_store_calls(mem, MEM_OP_MPU_LIST);
+    stage_wait_sweep(st, "r/other"); /* not swept: no wait */
+    cr_assert_eq(mem_store_calls(mem, MEM_OP_MPU_LIST), lists);
+    stage_wait_sweep(st, "r/copy");
+    cr_assert_eq(mem_store_calls(mem, MEM_OP_MPU_LIST), lists + 1,
+                 "returned before the second sweep listed the key");
+}
+
 Test(stage, remount_resumes_a_multipart_upload)
 {
     mem_store_fail(mem, MEM_OP_MPU_COMPLETE, -EIO, -1);
@@ -836,6 +898,17 @@ Test(stage, an_unknown_cpu_pressure_holds_uploads_until_it_is_read)
     cr_assert_not(stored("a"), "uploaded before the CPU pressure was known");
     pressure_now = 0.1;
     cr_assert(wait_stored("a", 2), "not uploaded once the CPU was known to be idle");
+    busy_stop(&b);
+    assert_stored("a", d, 3000);
+    free(d);
+}
+
+Test(stage, an_unreadable_cpu_pressure_holds_nothing_back)
+{
+    reopen_staged();
+    struct busy_writer b = {0};
+    unsigned char *d = close_while_writing(&b, CPU_PRESSURE_UNREADABLE, "a", 28, NULL);
+    cr_assert(wait_stored("a", 2), "an unreadable pressure file held the upload back");
     busy_stop(&b);
     assert_stored("a", d, 3000);
     free(d);
