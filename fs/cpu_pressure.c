@@ -82,7 +82,7 @@ double cpu_pressure_share(struct cpu_pressure *p, double now)
     if (read_total(p, &total) < 0) {
         p->sampled_at = 0;
         p->share = -1;
-        return -1;
+        return CPU_PRESSURE_UNREADABLE;
     }
     p->share = -1; /* a reading after a long quiet says nothing about now */
     if (p->sampled_at > 0 && total >= p->total_us &&

@@ -24,11 +24,15 @@ int cpu_pressure_open(const char *path, struct cpu_pressure **out);
 /* Close it (NULL is a no-op). */
 void cpu_pressure_close(struct cpu_pressure *p);
 
+/* What cpu_pressure_share() returns when the file cannot be read (or
+ * parsed) any more: the pressure is not known and will not be. */
+#define CPU_PRESSURE_UNREADABLE (-2.0)
+
 /* The share (0..1) of the latest window of at least CPU_PRESSURE_WINDOW
  * seconds ending at or before now (monotonic seconds) in which some task
  * waited for a CPU; the file is read again only once such a window has
- * passed. -1 (unknown) after the first reading, after a gap of over ten
- * windows between readings, or if a read fails. */
+ * passed. -1 (unknown yet) after the first reading or after a gap of over
+ * ten windows between readings; CPU_PRESSURE_UNREADABLE if a read fails. */
 double cpu_pressure_share(struct cpu_pressure *p, double now);
 
 /* Parse the "some ... total=N" microseconds out of a PSI file's text: 0, or

@@ -17,6 +17,7 @@
  */
 #include "log.h"
 #include "parts.h"
+#include "cpu_pressure.h"
 #include "wfile.h"
 
 #include <assert.h>
@@ -426,9 +427,12 @@ static int uploads_yield(struct stage *st, double since)
     if (now - since >= st->cfg.upload_yield_max ||
         stage_recent_writes(st, now) < UPLOAD_YIELD_WRITES)
         return 0;
-    /* Unknown (the first reading of a save, after a quiet second): wait
-     * for the next window's reading rather than start uploads blind. */
+    /* Unknown yet (the first reading of a save, after a quiet second): wait
+     * for the next window's reading rather than start uploads blind. A
+     * source that cannot be read any more holds nothing back. */
     double pressure = st->cfg.cpu_pressure(st->cfg.cpu_pressure_arg, now);
+    if (pressure == CPU_PRESSURE_UNREADABLE)
+        return 0;
     return pressure < 0 || pressure >= UPLOAD_YIELD_PRESSURE;
 }
 

@@ -85,7 +85,7 @@ Test(cpu_pressure, share_is_stall_time_over_wall_time_of_a_window)
     cpu_pressure_close(p);
 }
 
-Test(cpu_pressure, an_unreadable_total_is_unknown)
+Test(cpu_pressure, an_unreadable_total_says_so)
 {
     psi_file(1000000);
     struct cpu_pressure *p;
@@ -94,7 +94,7 @@ Test(cpu_pressure, an_unreadable_total_is_unknown)
     FILE *f = fopen(path, "w");
     fputs("garbage\n", f);
     fclose(f);
-    cr_assert_eq(cpu_pressure_share(p, 1.25), -1);
+    cr_assert_eq(cpu_pressure_share(p, 1.25), CPU_PRESSURE_UNREADABLE);
     psi_file(1100000);
     cr_assert_eq(cpu_pressure_share(p, 1.5), -1, "a failed read starts the windows over");
     psi_file(1150000);
