@@ -60,6 +60,16 @@ void stage_waiter_leave(struct stage *st)
     st->upload_waiters--;
 }
 
+void stage_wait(struct stage *st, double seconds)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    long ns = ts.tv_nsec + (long)((seconds - (double)(long)seconds) * 1e9);
+    ts.tv_sec += (time_t)seconds + ns / 1000000000L;
+    ts.tv_nsec = ns % 1000000000L;
+    pthread_cond_timedwait(&st->changed, &st->lock, &ts);
+}
+
 int64_t wall_seconds(void)
 {
     return (int64_t)time(NULL);
@@ -402,10 +412,7 @@ static int wait_published(struct stage *st, struct wfile *wf, uint64_t v, const 
             logged = now;
             log_info("%s: %s waits for its upload (%.0f s)", why, wf->path, now - start);
         }
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_sec += 1;
-        pthread_cond_timedwait(&st->changed, &st->lock, &ts);
+        stage_wait(st, 1.0);
     }
     stage_waiter_leave(st);
     return rc;
@@ -599,10 +606,7 @@ static int wait_for_room(struct stage *st, uint64_t grow)
                      " MiB): writes wait for uploads to finish",
                      st->staged_bytes >> 20, st->cfg.budget >> 20);
         }
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_sec += 1;
-        pthread_cond_timedwait(&st->changed, &st->lock, &ts);
+        stage_wait(st, 1.0);
     }
     stage_waiter_leave(st);
     return rc;
@@ -631,10 +635,7 @@ static ssize_t write_staging(struct stage *st, struct wfile *wf, const void *buf
                 log_warn("stage: the staging disk (%s) is full: writes wait for uploads",
                          st->files_dir);
             stage_waiter_enter(st);
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_sec += 1;
-            pthread_cond_timedwait(&st->changed, &st->lock, &ts);
+            stage_wait(st, 1.0);
             stage_waiter_leave(st);
         }
         pthread_mutex_unlock(&st->lock);

@@ -94,10 +94,7 @@ int stage_sync(struct stage *st, const char *dir)
             log_info("sync: %zu file%s (%.1f MiB) left to upload after %.0f s", left,
                      left == 1 ? "" : "s", (double)bytes / (1 << 20), now - start);
         }
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_sec += 1;
-        pthread_cond_timedwait(&st->changed, &st->lock, &ts);
+        stage_wait(st, 1.0);
     }
     stage_waiter_leave(st);
     for (size_t i = 0; i < n; i++)
@@ -111,10 +108,7 @@ void stage_wait_sweep(struct stage *st, const char *key)
 {
     pthread_mutex_lock(&st->lock);
     while (!st->stopping && recover_sweep_pending(st, key)) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_sec += 1;
-        pthread_cond_timedwait(&st->changed, &st->lock, &ts);
+        stage_wait(st, 1.0);
     }
     pthread_mutex_unlock(&st->lock);
 }
@@ -155,14 +149,8 @@ static void *supervisor_main(void *arg)
         if (st->stopping)
             break;
         double wait = next - mono_seconds();
-        if (wait > 0) {
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            long ns = ts.tv_nsec + (long)((wait - (double)(long)wait) * 1e9);
-            ts.tv_sec += (time_t)wait + ns / 1000000000L;
-            ts.tv_nsec = ns % 1000000000L;
-            pthread_cond_timedwait(&st->changed, &st->lock, &ts);
-        }
+        if (wait > 0)
+            stage_wait(st, wait);
     }
     pthread_mutex_unlock(&st->lock);
     return NULL;
@@ -352,8 +340,14 @@ static void drain(struct stage *st)
             left++;
             bytes += wf->size;
         }
+        double now = mono_seconds();
         if (left == 0 && st->sweep_at) { /* recovery's second sweep first */
-            pthread_cond_wait(&st->changed, &st->lock);
+            if (now - logged >= 1) {
+                logged = now;
+                log_info("unmount: waiting for recovery's second sweep of %zu key%s (%.0f s)",
+                         st->nsweep_keys, st->nsweep_keys == 1 ? "" : "s", now - start);
+            }
+            stage_wait(st, 1.0);
             continue;
         }
         if (left == 0) {
@@ -367,17 +361,13 @@ static void drain(struct stage *st)
                          unsealed, unsealed == 1 ? " was" : "s were", st->cfg.dir);
             break;
         }
-        double now = mono_seconds();
         if (now - logged >= 1) {
             logged = now;
             log_info("unmount: waiting for %zu file%s (%.1f MiB) to reach the store (%.0f s; "
                      "SIGTERM again to leave them staged for the next mount)",
                      left, left == 1 ? "" : "s", (double)bytes / (1 << 20), now - start);
         }
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_sec += 1;
-        pthread_cond_timedwait(&st->changed, &st->lock, &ts);
+        stage_wait(st, 1.0);
     }
     pthread_mutex_unlock(&st->lock);
 }

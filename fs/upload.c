@@ -443,16 +443,9 @@ static void yield_to_writers(struct stage *st)
     if (!uploads_yield(st, start))
         return;
     st->stats.upload_yields++;
-    do {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += (long)(WRITE_WINDOW / 2 * 1e9);
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
-        pthread_cond_timedwait(&st->changed, &st->lock, &ts);
-    } while (uploads_yield(st, start));
+    do
+        stage_wait(st, WRITE_WINDOW / 2);
+    while (uploads_yield(st, start));
     st->stats.upload_yield_seconds += mono_seconds() - start;
 }
 

@@ -210,6 +210,10 @@ uint64_t stage_recent_writes(struct stage *st, double now);
 void stage_waiter_enter(struct stage *st);
 void stage_waiter_leave(struct stage *st);
 
+/* Wait on st->changed for at most seconds (lock held; it is dropped while
+ * waiting). Callers check their condition again: wake-ups are shared. */
+void stage_wait(struct stage *st, double seconds);
+
 /* The wfile named path, or NULL (lock held). */
 struct wfile *stage_find_locked(struct stage *st, const char *path);
 
