@@ -111,9 +111,45 @@ def sanitizer_env(env):
     return env
 
 
+def _leak_blocks(report):
+    """The allocation stacks of a LeakSanitizer report: one list of frame lines each."""
+    blocks = []
+    for ln in report.splitlines():
+        if re.match(r"(Direct|Indirect) leak of ", ln):
+            blocks.append([])
+        elif blocks and re.match(r"\s+#\d+ ", ln):
+            blocks[-1].append(ln)
+    return blocks
+
+
+def libfuse_handle_leak(report):
+    """True if every allocation a LeakSanitizer report lists was made by libfuse itself
+    (the first frame past the sanitizer's interceptor is in libfuse3.so). libfuse's
+    high-level API allocates a directory handle at opendir and frees it at releasedir;
+    the kernel sends RELEASEDIR in the background after close(), and a test that closes
+    a directory and unmounts at once can end the session before it arrives (seen once
+    in many runs: 120 + 131072 bytes of an open directory). Our own allocations have
+    their first frame in ckptfs, so they still fail the test."""
+    blocks = _leak_blocks(report)
+    if not blocks:
+        return False
+    for frames in blocks:
+        past = [f for f in frames if "asan" not in f and "__interceptor_" not in f]
+        if not past or "libfuse3.so" not in past[0]:
+            return False
+    return True
+
+
 def sanitizer_reports(text):
-    """The lines of a daemon's stderr that are sanitizer reports."""
-    return [ln for ln in text.splitlines() if any(m in ln for m in SANITIZER_MARKERS)]
+    """The lines of a daemon's stderr that are sanitizer reports (leaks that are libfuse's
+    own unreleased handles excepted: see libfuse_handle_leak)."""
+    lines = [ln for ln in text.splitlines() if any(m in ln for m in SANITIZER_MARKERS)]
+    if lines and all("LeakSanitizer" in ln for ln in lines):
+        start = text.find("ERROR: LeakSanitizer")
+        end = text.find("SUMMARY: AddressSanitizer", start)
+        if text.count("ERROR: LeakSanitizer") == 1 and libfuse_handle_leak(text[start:end]):
+            return []
+    return lines
 
 
 # --------------------------------------------------------------------------- utilities
@@ -629,17 +665,20 @@ class Mount:
             return
         self.closed = True
         rc = self.unmount()
+        try:
+            with open(self.logpath, encoding="utf-8", errors="replace") as f:
+                log_text = f.read()
+        except OSError:
+            log_text = ""
+        reports = sanitizer_reports(log_text)
+        if rc == 1 and not reports and "ERROR: LeakSanitizer" in log_text:
+            rc = 0  # LeakSanitizer's exit status for a leak that is libfuse's own handle
         if self._watchdog_fired:
             self.problems.append(f"watchdog: mount still up after {self.watchdog_s:.0f} s, "
                                  f"daemon killed (a hang)")
         elif rc is not None and expect_rc is not None and rc != expect_rc:
             how = f"signal {-rc}" if rc < 0 else f"status {rc}"
             self.problems.append(f"ckptfs exited with {how} after unmount (expected {expect_rc})")
-        try:
-            with open(self.logpath, encoding="utf-8", errors="replace") as f:
-                reports = sanitizer_reports(f.read())
-        except OSError:
-            reports = []
         if reports:
             self.problems.append("sanitizer report(s) in the daemon's stderr:\n  " + "\n  ".join(reports[:10]))
         try:
