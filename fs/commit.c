@@ -57,20 +57,21 @@ void commit_reset(struct wfile *wf)
     wf->nneeds = 0;
     wf->commit_parsed = 0;
     wf->commit = COMMIT_NONE;
+    wf->commit_epoch++;
 }
 
-/* Files of this mount in dir (other than commit files and temporaries
- * held for a rename) that are not yet complete on the store (lock held). */
+/* Files of this mount at or below dir (other than commit files and
+ * temporaries held for a rename) that are not yet complete on the store
+ * (lock held). Below too: a .metadata may name a shard in a subdirectory,
+ * and the store may still hold an older save's object there. */
 static size_t local_pending(struct stage *st, const struct wfile *self, const char *dir,
                             const char **example)
 {
     size_t n = 0;
-    char d[4096];
     for (struct wfile *wf = st->files; wf; wf = wf->next) {
         if (wf == self || wf->unlinked || wf->is_commit || wf->held || wfile_clean(wf))
             continue;
-        path_dir(wf->path, d, sizeof d);
-        if (strcmp(d, dir) == 0) {
+        if (path_below(wf->path, dir)) {
             if (!n)
                 *example = path_base(wf->path);
             n++;
@@ -217,6 +218,7 @@ static void check_one(struct stage *st, struct wfile *wf, double now)
     char dir[4096], why[512], example[300] = "";
     path_dir(wf->path, dir, sizeof dir);
     uint64_t version = wf->version;
+    unsigned epoch = wf->commit_epoch; /* a rename or a new seal resets the check */
     const char *local = "";
     size_t pending = local_pending(st, wf, dir, &local);
     if (pending) {
@@ -231,7 +233,7 @@ static void check_one(struct stage *st, struct wfile *wf, double now)
             parse_needs(wf, size, &needs, &n);
             pthread_mutex_lock(&st->lock);
             if (wf->commit != COMMIT_WAITING || wf->commit_version != version ||
-                wf->version != version) {
+                wf->version != version || wf->commit_epoch != epoch) {
                 free_needs(needs, n);
                 return; /* changed meanwhile: the next seal starts over */
             }
@@ -251,7 +253,7 @@ static void check_one(struct stage *st, struct wfile *wf, double now)
             free_needs(needs, n);
             pthread_mutex_lock(&st->lock);
             if (wf->commit != COMMIT_WAITING || wf->commit_version != version ||
-                wf->version != version) {
+                wf->version != version || wf->commit_epoch != epoch) {
                 free(found);
                 return;
             }

@@ -243,6 +243,17 @@ static int recover_one(void *arg, const struct journal_rec *r)
         abort_strays(st, r->upload_key, keep);
     if (r->flags & JOURNAL_DISCARD) {
         unlinkat(st->files_dirfd, name, 0);
+        /* Its upload, by the recorded id: a store that cannot list uploads
+         * (s3rver) finds it only so. Already gone is not an error. */
+        if (*r->upload_key && *r->upload_id) {
+            int arc = st->store->ops->mpu_abort(st->store, r->upload_key, r->upload_id);
+            if (arc < 0) {
+                log_warn("recover: cannot abort the multipart upload of %s: %s (the next mount "
+                         "retries)",
+                         r->upload_key, strerror(-arc));
+                return 0; /* the record stays */
+            }
+        }
         journal_del(st->journal, r->id);
         c->discarded++;
         return 0;

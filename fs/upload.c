@@ -15,6 +15,7 @@
  * staged mode, jobs wait while the trainer writes on a contended CPU
  * (yield_to_writers).
  */
+#include "journal.h"
 #include "log.h"
 #include "parts.h"
 #include "cpu_pressure.h"
@@ -282,6 +283,20 @@ static int send_parts(struct stage *st, struct wfile *wf, int sealed)
     return all_there && !any_part_inflight(wf);
 }
 
+/* 1 if a file that had wf's name before it (unlinked, or replaced by a
+ * create or a rename) still has a request in flight for that key: its
+ * landing must come first, or the replaced bytes would land over wf's (or
+ * its clean-up would remove them). Lock held. */
+static int predecessor_in_flight(const struct stage *st, const struct wfile *wf)
+{
+    for (const struct wfile *o = st->files; o; o = o->next)
+        if (o != wf && o->unlinked && o->jobs > 0 &&
+            (strcmp(o->path, wf->path) == 0 ||
+             (o->upload_key && strcmp(o->upload_key, wf->path) == 0)))
+            return 1;
+    return 0;
+}
+
 void upload_kick(struct stage *st, struct wfile *wf)
 {
     if (st->stopping)
@@ -292,6 +307,8 @@ void upload_kick(struct stage *st, struct wfile *wf)
     }
     if (wfile_clean(wf))
         return;
+    if (predecessor_in_flight(st, wf))
+        return; /* run_job kicks wf when the predecessor's last request is back */
     if (wf->error && mono_seconds() < wf->retry_at)
         return; /* upload_timers() kicks again when it is time */
     int sealed = wf->seal_version == wf->version;
@@ -449,6 +466,31 @@ static void yield_to_writers(struct stage *st)
     st->stats.upload_yield_seconds += mono_seconds() - start;
 }
 
+/* An abort failed: keep the upload in the journal, as a discard record of
+ * its own, so the next mount's recovery aborts it (lock held; dropped for
+ * the journal). */
+static void record_orphan(struct stage *st, const char *key, const char *upload_id)
+{
+    pthread_mutex_unlock(&st->lock);
+    uint64_t id;
+    int rc = journal_new_id(st->journal, &id);
+    if (rc == 0) {
+        struct journal_rec r = {.id = id,
+                                .seq = 1,
+                                .flags = JOURNAL_DISCARD,
+                                .boot_id = st->boot_id,
+                                .store = st->store_name,
+                                .path = key,
+                                .upload_key = key,
+                                .upload_id = upload_id};
+        rc = journal_put(st->journal, &r);
+    }
+    if (rc < 0)
+        log_error("upload: cannot journal the multipart upload of %s left to abort: %s", key,
+                  strerror(-rc));
+    pthread_mutex_lock(&st->lock);
+}
+
 static void run_job(void *arg)
 {
     struct job *j = arg;
@@ -577,14 +619,25 @@ static void run_job(void *arg)
         }
         break;
     case JOB_ABORT:
-        if (rc < 0 && rc != -ESHUTDOWN)
+        if (rc < 0 && rc != -ESHUTDOWN) {
             log_warn("upload: cannot abort the multipart upload of %s: %s (the next mount "
                      "retries)",
                      j->key, strerror(-rc));
+            record_orphan(st, j->key, j->upload_id);
+        }
         break;
     }
     wf->jobs--;
     upload_kick(st, wf);
+    if (wf->unlinked && wf->jobs == 0) {
+        /* The file that took its name may have waited for this. */
+        struct wfile *successor = stage_find_locked(st, wf->path);
+        if (successor && successor != wf)
+            upload_kick(st, successor);
+        if (wf->upload_key && strcmp(wf->upload_key, wf->path) != 0 &&
+            (successor = stage_find_locked(st, wf->upload_key)) != NULL && successor != wf)
+            upload_kick(st, successor);
+    }
     pthread_cond_broadcast(&st->changed);
     wfile_unref(st, wf);
     pthread_mutex_unlock(&st->lock);

@@ -115,7 +115,8 @@ struct wfile {
     enum wf_commit commit;
     uint64_t commit_version;
     double commit_deadline, commit_next_check, commit_logged;
-    int commit_parsed; /* needs[] filled (or the .metadata could not be parsed) */
+    int commit_parsed;     /* needs[] filled (or the .metadata could not be parsed) */
+    unsigned commit_epoch; /* bumped by commit_reset: a check that unlocked starts over */
     struct commit_need *needs;
     size_t nneeds;
 };
