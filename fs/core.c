@@ -211,15 +211,18 @@ struct listing {
  * open handle of spath has another version than the store's s, report that
  * version's size, so that the kernel does not cut the open file's reads
  * short; the store's version shows once it is closed or newer opened. A file
- * being written on this mount (staged) shows as staging has it. Lookups
- * and listings (readdirplus sets sizes too) both pass through here. */
+ * being written on this mount (staged) shows as staging has it, and once
+ * this mount has published a newer version its older handles no longer
+ * count (superseded): a rewrite through the mount shows its size to every
+ * new reader, as on a local disk. Lookups and listings (readdirplus sets
+ * sizes too) both pass through here. */
 static void keep_opened_size(struct core *core, const char *spath, struct store_stat *s)
 {
     int found = 0;
     uint64_t size = 0;
     pthread_mutex_lock(&core->files_lock);
     for (struct core_file *f = core->files; f; f = f->next) /* newest first */
-        if (f->obj && strcmp(cache_obj_path(f->obj), spath) == 0) {
+        if (f->obj && !f->superseded && strcmp(cache_obj_path(f->obj), spath) == 0) {
             found = strcmp(cache_obj_etag(f->obj), s->etag) != 0;
             size = cache_obj_size(f->obj);
             break;
@@ -674,8 +677,12 @@ static int prefetch_items(struct core *core, struct core_file *f, uint64_t off, 
         return ckindex_building(core->index, path);
     struct prefetch_span cur = {sp[0].offset, sp[0].length};
     uint64_t budget = prefetch_budget(&f->pf, cur);
-    if (budget)
-        n = ckindex_items(core->index, path, probe, cur.length + budget, sp, 64);
+    if (budget) {
+        /* The index may be rebuilt in between: use the longer answer only if
+         * it starts with the same item. */
+        int more = ckindex_items(core->index, path, probe, cur.length + budget, sp, 64);
+        n = more > 0 && sp[0].offset == cur.offset && sp[0].length == cur.length ? more : 1;
+    }
     struct prefetch_span next[63], out[64];
     for (int i = 1; i < n; i++)
         next[i - 1] = (struct prefetch_span){sp[i].offset, sp[i].length};
@@ -978,6 +985,12 @@ static void on_publish(void *arg, const char *path, const struct store_stat *st,
 {
     struct core *core = arg;
     core_meta_put(core, path, 0, st);
+    pthread_mutex_lock(&core->files_lock);
+    for (struct core_file *f = core->files; f; f = f->next)
+        if (f->obj && strcmp(cache_obj_path(f->obj), path) == 0 &&
+            strcmp(cache_obj_etag(f->obj), st->etag) != 0)
+            f->superseded = 1;
+    pthread_mutex_unlock(&core->files_lock);
     char dir[4096];
     if (path_dir(path, dir, sizeof dir) != 0)
         return;

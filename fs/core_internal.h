@@ -85,6 +85,7 @@ struct core_file {
     struct readahead ra;  /* protected by ra_lock */
     struct prefetch pf;   /* index-guided item prefetch (prefetch.h), protected by ra_lock */
     uint64_t released_to; /* blocks before this were released behind the reader */
+    int superseded; /* this mount published a newer version of its path (files_lock) */
     struct core_file *prev, *next; /* core->files, protected by core->files_lock */
 };
 

@@ -102,6 +102,24 @@ Test(core_write, read_your_writes_then_published)
     cr_assert(listed("/d", "x"));
 }
 
+Test(core_write, a_rewrite_shows_its_size_while_an_older_reader_is_open)
+{
+    /* On a local disk every new reader sees a rewrite at once; an open
+     * handle of the replaced version must not hold the path's size back
+     * (the kernel would cut new readers' reads at it). */
+    struct core_file *old;
+    int keep;
+    cr_assert_eq(core_open(core, "/stored/obj", O_RDONLY, &old, &keep), 0);
+    write_all("/stored/obj", "a longer content than the old one");
+    cr_assert_eq(core_sync(core, "/"), 0);
+    cr_assert(stored_is("stored/obj", "a longer content than the old one"));
+    struct stat st;
+    cr_assert_eq(core_getattr(core, "/stored/obj", &st), 0);
+    cr_assert_eq(st.st_size, 33, "the path shows the replaced version's size (%lld)",
+                 (long long)st.st_size);
+    core_release(core, old);
+}
+
 Test(core_write, renaming_a_staged_file_publishes_only_the_new_name)
 {
     write_all("/tmp1.tmp", "payload"); /* *.tmp: held until renamed */
