@@ -155,6 +155,26 @@ static enum meta_state meta_find(struct core *core, const char *path, int *err,
     return state;
 }
 
+void core_meta_forget_below(struct core *core, const char *dir)
+{
+    size_t n = strlen(dir);
+    pthread_mutex_lock(&core->meta_lock);
+    for (size_t i = 0; i < META_BUCKETS; i++) {
+        struct meta_entry **pp = &core->meta[i];
+        while (*pp) {
+            struct meta_entry *e = *pp;
+            if (strncmp(e->path, dir, n) == 0 && (e->path[n] == '/' || e->path[n] == '\0')) {
+                *pp = e->next;
+                free(e);
+                core->meta_count--;
+            } else {
+                pp = &e->next;
+            }
+        }
+    }
+    pthread_mutex_unlock(&core->meta_lock);
+}
+
 void core_meta_forget(struct core *core, const char *path)
 {
     pthread_mutex_lock(&core->meta_lock);

@@ -85,7 +85,7 @@ struct core_file {
     struct readahead ra;  /* protected by ra_lock */
     struct prefetch pf;   /* index-guided item prefetch (prefetch.h), protected by ra_lock */
     uint64_t released_to; /* blocks before this were released behind the reader */
-    int superseded; /* this mount published a newer version of its path (files_lock) */
+    int superseded;       /* this mount published a newer version of its path (files_lock) */
     struct core_file *prev, *next; /* core->files, protected by core->files_lock */
 };
 
@@ -105,6 +105,10 @@ void core_meta_put(struct core *core, const char *spath, int err, const struct s
 
 /* Forget what the metadata cache knows of spath. */
 void core_meta_forget(struct core *core, const char *spath);
+
+/* Forget dir, everything cached below it and its listing marks (a
+ * directory renamed or removed: names below it changed all at once). */
+void core_meta_forget_below(struct core *core, const char *dir);
 
 /* Directory dir was just made, empty: lookups in it need not ask the store. */
 void core_listing_made(struct core *core, const char *dir);

@@ -252,8 +252,10 @@ int core_rmdir(struct core *core, const char *path)
     if (stage_busy_below(core->stage, spath))
         return -ENOTEMPTY;
     rc = core->store->ops->rmdir(core->store, spath);
-    if (rc == 0)
+    if (rc == 0) {
+        core_meta_forget_below(core, spath); /* its listing mark too */
         core_meta_put(core, spath, -ENOENT, NULL);
+    }
     return rc;
 }
 
@@ -361,6 +363,10 @@ int core_rename(struct core *core, const char *from, const char *to, unsigned fl
         }
     }
     if (rc == 0) {
+        if (sf.is_dir) { /* every name below both changed */
+            core_meta_forget_below(core, sfrom);
+            core_meta_forget_below(core, sto);
+        }
         core_meta_put(core, sfrom, -ENOENT, NULL);
         core_meta_forget(core, sto);
         char dir[4096];

@@ -262,6 +262,31 @@ def test_directories_mkdir_rmdir_and_modes(wstore, mounter):
     assert "newdir" not in os.listdir(mnt.p())
 
 
+def test_a_renamed_or_removed_directory_leaves_no_stale_names(mounter, tmp_path):
+    """§8: after a directory rename the files show under the new name and not the old
+    one; after rmdir and mkdir of the same name, the old entries are gone (the metadata
+    cache forgot everything below both names). A local store: S3 cannot rename a
+    directory with objects in it (EXDEV, mv copies)."""
+    store = harness.DirStore(str(tmp_path / "store"))
+    mnt = mounter(store, "--attr-timeout", "30")  # stale entries would outlive the test
+    os.mkdir(mnt.p("b"))
+    assert os.listdir(mnt.p("b")) == []  # b is known to be empty
+    os.rmdir(mnt.p("b"))
+    os.mkdir(mnt.p("a"))
+    with open(mnt.p("a/x"), "wb") as f:
+        f.write(b"hello")
+    mnt.sync("a")
+    assert os.stat(mnt.p("a/x")).st_size == 5  # a/x cached as present
+    os.rename(mnt.p("a"), mnt.p("b"))
+    assert os.stat(mnt.p("b/x")).st_size == 5, "a moved file is missing under the new name"
+    with open(mnt.p("b/x"), "rb") as f:
+        assert f.read() == b"hello"
+    os.mkdir(mnt.p("a"))
+    assert harness.errno_of(lambda: os.stat(mnt.p("a/x"))) == errno.ENOENT, \
+        "a moved file still shows under the old name"
+    assert os.listdir(mnt.p("a")) == []
+
+
 # ----------------------------------------------------------------- visibility (§2)
 
 
