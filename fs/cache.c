@@ -60,11 +60,12 @@ struct cblock {
     struct cache_obj *obj;
     uint64_t idx;
     enum block_state state;
-    int err;        /* FAILED: the negative errno */
-    int in_table;   /* still reachable through the hash */
-    unsigned pins;  /* readers copying from or waiting on this block */
-    int prefetched; /* fetched in the background ... */
-    int used;       /* ... and a reader has touched it since */
+    int err;          /* FAILED: the negative errno */
+    int in_table;     /* still reachable through the hash */
+    unsigned pins;    /* readers copying from or waiting on this block */
+    int prefetched;   /* fetched in the background ... */
+    int used;         /* ... and a reader has touched it since */
+    int64_t ready_ms; /* monotonic ms it became READY */
     struct cbuf *buf;
     char *data;
     uint32_t len;
@@ -341,17 +342,33 @@ static uint32_t block_len(const struct cache *c, const struct cache_obj *o, uint
     return left < c->cfg.block_size ? (uint32_t)left : c->cfg.block_size;
 }
 
+/* How long a prefetched block of a version nobody has opened (a sibling
+ * chunk for a rank that has not opened its file yet) waits for its reader. */
+#define PREFETCH_WAIT_FOR_OPEN_MS 10000
+
+/* Whether prefetched block b still waits for a reader who may come: it is
+ * unread and its version is open, or was never opened and b is recent. A
+ * closed or replaced version's unread blocks have no reader any more. */
+static int prefetch_awaits_reader(const struct cblock *b, int64_t now_ms)
+{
+    if (!b->prefetched || b->used)
+        return 0;
+    const struct cache_obj *o = b->obj;
+    return o->opens > 0 || (!o->opened && now_ms - b->ready_ms < PREFETCH_WAIT_FOR_OPEN_MS);
+}
+
 /* Evict least recently used unpinned READY blocks until need more bytes
- * fit. A background fetch (background) does not evict blocks fetched in the
- * background that nobody has read yet: under pressure, prefetching more
- * would only throw away what was prefetched before it is used. Returns 1 if
- * they fit. */
+ * fit. A background fetch (background) does not evict prefetched blocks
+ * that still await their reader: under pressure, prefetching more would
+ * only throw away what was prefetched before it is used. Returns 1 if they
+ * fit. */
 static int make_room_locked(struct cache *c, uint64_t need, int background)
 {
     struct cblock *b = c->lru.lru_prev;
+    int64_t now_ms = background ? (int64_t)(mono_seconds() * 1000) : 0;
     while (c->st.bytes_cached + need > c->cfg.capacity && b != &c->lru) {
         struct cblock *prev = b->lru_prev;
-        if (b->pins == 0 && !(background && b->prefetched && !b->used)) {
+        if (b->pins == 0 && !(background && prefetch_awaits_reader(b, now_ms))) {
             lru_unlink(b);
             block_unhash(c, b);
             c->st.bytes_cached -= b->len;
@@ -447,6 +464,7 @@ static void fetch_publish_next_locked(struct fetch *f)
     b->data = f->buf->data + f->published_bytes;
     b->state = BLOCK_READY;
     if (b->prefetched) {
+        b->ready_ms = (int64_t)(mono_seconds() * 1000);
         c->st.prefetched_bytes += b->len;
         if (!b->used)
             c->st.prefetch_unread_bytes += b->len;

@@ -384,6 +384,45 @@ Test(cache, prefetch_does_not_evict_unread_prefetched_blocks)
     teardown();
 }
 
+Test(cache, unread_prefetched_blocks_of_a_closed_version_make_room)
+{
+    setup_with(4 * 64 * KiB);
+    cr_assert_eq(cache_prefetch(cache, obj, 0, 4 * 64 * KiB), 4 * 64 * KiB);
+    wait_prefetch_idle();
+    /* Its reader closed it (or it was replaced): nobody reads those blocks
+     * any more, and they must not hold the next prefetch off. */
+    cache_obj_put(cache, obj);
+    char other_etag[STORE_ETAG_MAX];
+    cr_assert_eq(mem_store_set(store, "other", "0123456789", 10, other_etag), 0);
+    obj = cache_obj_get(cache, "other", other_etag, 10, NULL);
+    cr_assert_not_null(obj);
+    cr_assert_eq(cache_prefetch(cache, obj, 0, 10), 10,
+                 "a closed version's unread blocks starved the prefetch");
+    wait_prefetch_idle();
+    teardown();
+}
+
+Test(cache, unread_prefetched_blocks_of_a_version_not_opened_yet_wait_for_it)
+{
+    setup_with(4 * 64 * KiB);
+    /* A sibling chunk for a rank that has not opened its file yet. */
+    unsigned char *data = malloc(8 * 64 * KiB);
+    memset(data, 7, 8 * 64 * KiB);
+    char sib_etag[STORE_ETAG_MAX];
+    cr_assert_eq(mem_store_set(store, "sibling", data, 8 * 64 * KiB, sib_etag), 0);
+    free(data);
+    int opened = -1;
+    struct cache_obj *sib = cache_obj_ref(cache, "sibling", sib_etag, 8 * 64 * KiB, &opened);
+    cr_assert_not_null(sib);
+    cr_assert_eq(opened, 0);
+    cr_assert_eq(cache_prefetch(cache, sib, 0, 4 * 64 * KiB), 4 * 64 * KiB);
+    wait_prefetch_idle();
+    cr_assert_eq(cache_prefetch(cache, sib, 4 * 64 * KiB, 4 * 64 * KiB), 0,
+                 "evicted what a rank about to open the file will read");
+    cache_obj_unref(cache, sib);
+    teardown();
+}
+
 Test(cache, prefetch_split_uses_smaller_requests, .init = setup, .fini = teardown)
 {
     cr_assert_eq(cache_prefetch_split(cache, obj, 0, 4 * 64 * KiB, 64 * KiB), 4 * 64 * KiB);
