@@ -96,7 +96,10 @@ struct cache {
     struct cblock lru; /* sentinel: lru.lru_next is most recent */
     struct cache_stats st;
     struct bufpool *pool; /* fetch buffers */
-    atomic_int stopping;  /* set by cache_cancel: background fetches fail fast */
+    /* Bytes of the fetch buffers alive: a block keeps its whole buffer, so
+     * this, not bytes_cached, is the memory the blocks hold. */
+    atomic_uint_fast64_t buffer_bytes;
+    atomic_int stopping; /* set by cache_cancel: background fetches fail fast */
     struct recent_timeout timeouts[TIMEOUT_SLOTS];
     unsigned next_timeout; /* ring cursor into timeouts */
 };
@@ -295,13 +298,17 @@ static struct cbuf *cbuf_new(struct cache *c, size_t len)
         free(buf);
         return NULL;
     }
+    atomic_fetch_add(&c->buffer_bytes, len);
     return buf;
 }
 
+/* Lock held: buffer_bytes is read by make_room_locked. */
 static void cbuf_free(struct cache *c, struct cbuf *buf)
 {
     if (!buf)
         return;
+    assert(atomic_load(&c->buffer_bytes) >= buf->len);
+    atomic_fetch_sub(&c->buffer_bytes, buf->len);
     bufpool_put(c->pool, buf->data, buf->len);
     free(buf);
 }
@@ -362,11 +369,17 @@ static int prefetch_awaits_reader(const struct cblock *b, int64_t now_ms)
  * that still await their reader: under pressure, prefetching more would
  * only throw away what was prefetched before it is used. Returns 1 if they
  * fit. */
+static uint64_t held_locked(struct cache *c)
+{
+    uint64_t bufs = atomic_load(&c->buffer_bytes);
+    return bufs > c->st.bytes_cached ? bufs : c->st.bytes_cached;
+}
+
 static int make_room_locked(struct cache *c, uint64_t need, int background)
 {
     struct cblock *b = c->lru.lru_prev;
     int64_t now_ms = background ? (int64_t)(mono_seconds() * 1000) : 0;
-    while (c->st.bytes_cached + need > c->cfg.capacity && b != &c->lru) {
+    while (held_locked(c) + need > c->cfg.capacity && b != &c->lru) {
         struct cblock *prev = b->lru_prev;
         if (b->pins == 0 && !(background && prefetch_awaits_reader(b, now_ms))) {
             lru_unlink(b);
@@ -377,7 +390,7 @@ static int make_room_locked(struct cache *c, uint64_t need, int background)
         }
         b = prev;
     }
-    return c->st.bytes_cached + need <= c->cfg.capacity;
+    return held_locked(c) + need <= c->cfg.capacity;
 }
 
 /* Insert a FETCHING block for (o, idx). Takes an object reference. */
@@ -755,6 +768,7 @@ void cache_get_stats(struct cache *c, struct cache_stats *out)
     pthread_mutex_lock(&c->lock);
     *out = c->st;
     out->capacity = c->cfg.capacity;
+    out->buffer_bytes = atomic_load(&c->buffer_bytes);
     pthread_mutex_unlock(&c->lock);
     struct bufpool_stats ps;
     bufpool_get_stats(c->pool, &ps);

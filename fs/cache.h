@@ -28,7 +28,7 @@ struct cache;
 struct cache_obj;
 
 struct cache_config {
-    uint64_t capacity;     /* bytes of block data held at most */
+    uint64_t capacity;     /* bytes held at most: block data, and the fetch buffers it keeps */
     uint32_t block_size;   /* bytes per block (power of two), e.g. 1 MiB */
     uint32_t request_size; /* largest single background GET, a multiple of block_size */
 };
@@ -54,6 +54,7 @@ struct cache_stats {
     uint64_t fetch_errors;          /* fetches that failed */
     uint64_t failed_fast;           /* reads failed at once by a recent timeout */
     uint64_t bytes_cached;          /* current block bytes held */
+    uint64_t buffer_bytes;          /* bytes of the fetch buffers those blocks keep alive */
     uint64_t capacity;
     uint64_t buffers_mapped; /* fetch buffers mapped fresh (bufpool.h) */
     uint64_t buffers_reused; /* fetch buffers taken from the pool again */

@@ -971,7 +971,8 @@ int core_stats_json(struct core *core, char *buf, size_t len)
         "\"prefetch_skipped\": %llu, \"prefetched_bytes\": %llu, \"prefetch_unused_bytes\": %llu, "
         "\"prefetch_unread_bytes\": %llu, \"evictions\": %llu, \"released\": %llu, "
         "\"fetch_errors\": %llu, \"failed_fast\": %llu, "
-        "\"bytes_cached\": %llu, \"capacity\": %llu, \"block_size\": %u, \"buffers_mapped\": "
+        "\"bytes_cached\": %llu, \"buffer_bytes\": %llu, \"capacity\": %llu, \"block_size\": %u, "
+        "\"buffers_mapped\": "
         "%llu, \"buffers_reused\": %llu}, "
         "\"index\": {\"enabled\": %s, \"ready\": %llu, \"built\": %llu, \"reused\": %llu, "
         "\"failed\": %llu, \"lookups\": %llu, \"item_prefetches\": %llu, "
@@ -991,7 +992,7 @@ int core_stats_json(struct core *core, char *buf, size_t len)
         (unsigned long long)cs.prefetch_unread_bytes, (unsigned long long)cs.evictions,
         (unsigned long long)cs.released, (unsigned long long)cs.fetch_errors,
         (unsigned long long)cs.failed_fast, (unsigned long long)cs.bytes_cached,
-        (unsigned long long)cs.capacity, core->cfg.block_size,
+        (unsigned long long)cs.buffer_bytes, (unsigned long long)cs.capacity, core->cfg.block_size,
         (unsigned long long)cs.buffers_mapped, (unsigned long long)cs.buffers_reused,
         core->index ? "true" : "false", (unsigned long long)is.ready, (unsigned long long)is.built,
         (unsigned long long)is.reused, (unsigned long long)is.failed,

@@ -423,6 +423,41 @@ Test(cache, unread_prefetched_blocks_of_a_version_not_opened_yet_wait_for_it)
     teardown();
 }
 
+Test(cache, blocks_kept_hot_do_not_keep_their_whole_fetch_buffers, .timeout = 60)
+{
+    /* A block keeps the buffer of the GET that fetched it: a small hot set
+     * spread over many GETs must not hold capacity x (request / block). */
+    const uint64_t region = 8u << 20, size = 8 * region;
+    struct mem_store *m = mem_store_new();
+    unsigned char *data = calloc(1, size);
+    char e[STORE_ETAG_MAX];
+    cr_assert_eq(mem_store_set(m, "big", data, size, e), 0);
+    struct workq *q;
+    struct cache *c;
+    cr_assert_eq(workq_create(2, &q), 0);
+    struct cache_config cfg = {
+        .capacity = 16u << 20, .block_size = 64 * KiB, .request_size = (uint32_t)region};
+    cr_assert_eq(cache_create(mem_store_base(m), q, &cfg, &c), 0);
+    struct cache_obj *o = cache_obj_get(c, "big", e, size, NULL);
+    uint64_t most = 0;
+    for (uint64_t k = 0; k < 8; k++) {
+        cr_assert_eq(cache_read(c, o, k * region, region, data), (ssize_t)region);
+        for (uint64_t j = 0; j <= k; j++) /* the first block of each region stays hot */
+            cr_assert_eq(cache_read(c, o, j * region, 4096, data), 4096);
+        struct cache_stats st;
+        cache_get_stats(c, &st);
+        if (st.buffer_bytes > most)
+            most = st.buffer_bytes;
+    }
+    cr_assert_leq(most, cfg.capacity + region, "fetch buffers held %llu MiB for a %llu MiB cache",
+                  (unsigned long long)(most >> 20), (unsigned long long)(cfg.capacity >> 20));
+    cache_obj_put(c, o);
+    workq_destroy(q);
+    cache_destroy(c);
+    mem_store_free(m);
+    free(data);
+}
+
 Test(cache, prefetch_split_uses_smaller_requests, .init = setup, .fini = teardown)
 {
     cr_assert_eq(cache_prefetch_split(cache, obj, 0, 4 * 64 * KiB, 64 * KiB), 4 * 64 * KiB);
