@@ -110,6 +110,9 @@ int core_sync(struct core *core, const char *path);
 /* Space for statfs: the staging budget and what is staged. */
 void core_space(struct core *core, uint64_t *total, uint64_t *used);
 
+/* The longest name of one path component the store holds (statfs). */
+unsigned core_name_max(const struct core *core);
+
 /* Statistics as one JSON object into buf (NUL-terminated, truncated to
  * len). Returns the full length it needs, like snprintf. */
 int core_stats_json(struct core *core, char *buf, size_t len);

@@ -59,13 +59,24 @@ static int handle_for(struct core *core, struct wfile *wf, int writable, struct 
     return 0;
 }
 
+/* 0 if the store can hold an object named spath (else -ENAMETOOLONG or
+ * -EINVAL, at create or rename rather than at every upload). */
+static int check_name(struct core *core, const char *spath)
+{
+    struct store *s = core->store;
+    return s->ops->check_name ? s->ops->check_name(s, spath) : 0;
+}
+
 int core_create_file(struct core *core, const char *path, int flags, struct core_file **out)
 {
     (void)flags;
     if (!core->stage)
         return -EROFS;
     const char *spath = core_store_path(path);
-    int rc = check_parent(core, spath);
+    int rc = check_name(core, spath);
+    if (rc < 0)
+        return rc;
+    rc = check_parent(core, spath);
     if (rc < 0)
         return rc;
     struct wfile *wf;
@@ -287,7 +298,33 @@ static int rename_dir(struct core *core, const char *sfrom, const char *sto)
         return rc;
     if (any)
         return -EXDEV;
-    return stage_rename_dir(core->stage, sfrom, sto);
+    rc = stage_rename_dir(core->stage, sfrom, sto);
+    if (rc == 0 && core->store->ops->mkdir && core->store->ops->rmdir) {
+        /* Its marker moves too (nothing else of it is on the store): the new
+         * name first, so the directory is never missing. */
+        rc = core->store->ops->mkdir(core->store, sto);
+        if (rc == 0 || rc == -EEXIST)
+            rc = core->store->ops->rmdir(core->store, sfrom);
+        if (rc == -ENOENT)
+            rc = 0;
+    }
+    return rc;
+}
+
+/* A directory renamed onto directory sto replaces it if it is empty (as
+ * rename(2) does): 0, or -ENOTEMPTY if something is there, on the store or
+ * staged. A store that renames directories replaces the empty one itself;
+ * on a store of keys, sto's marker stays and the moved names appear below
+ * it. */
+static int replace_empty_dir(struct core *core, const char *sto)
+{
+    if (stage_busy_below(core->stage, sto))
+        return -ENOTEMPTY;
+    int any = 0;
+    int rc = core->store->ops->list(core->store, sto, any_entry, &any);
+    if (rc < 0 && rc != -ENOENT)
+        return rc;
+    return any ? -ENOTEMPTY : 0;
 }
 
 /* Rename an object that is on the store (not staged). */
@@ -341,11 +378,15 @@ int core_rename(struct core *core, const char *from, const char *to, unsigned fl
         return to_rc;
     if (to_rc == 0 && (flags & RENAME_NOREPLACE))
         return -EEXIST;
+    if (!sf.is_dir && (rc = check_name(core, sto)) < 0)
+        return rc;
     if ((rc = check_parent(core, sto)) < 0)
         return rc;
     if (sf.is_dir) {
-        if (to_rc == 0)
-            return stt.is_dir ? -ENOTEMPTY : -ENOTDIR;
+        if (to_rc == 0 && !stt.is_dir)
+            return -ENOTDIR;
+        if (to_rc == 0 && (rc = replace_empty_dir(core, sto)) < 0)
+            return rc;
         rc = rename_dir(core, sfrom, sto);
     } else if (to_rc == 0 && stt.is_dir) {
         return -EISDIR;
@@ -379,6 +420,11 @@ int core_rename(struct core *core, const char *from, const char *to, unsigned fl
 int core_sync(struct core *core, const char *path)
 {
     return core->stage ? stage_sync(core->stage, core_store_path(path)) : 0;
+}
+
+unsigned core_name_max(const struct core *core)
+{
+    return core->store->ops->name_max ? core->store->ops->name_max : 1024;
 }
 
 void core_space(struct core *core, uint64_t *total, uint64_t *used)

@@ -236,7 +236,7 @@ static int op_statfs(const char *path, struct statvfs *sv)
     sv->f_bfree = sv->f_bavail = total > used ? (total - used) / bsize : 0;
     sv->f_files = 1u << 30;
     sv->f_ffree = sv->f_favail = 1u << 30;
-    sv->f_namemax = 1024;
+    sv->f_namemax = core_name_max(ctx()->core);
     return 0;
 }
 

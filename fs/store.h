@@ -184,6 +184,14 @@ struct store_ops {
      * core renames an object as copy() then remove(). */
     int (*rename)(struct store *s, const char *from, const char *to);
 
+    /* Optional (NULL: any name): 0 if an object may be created at path, or
+     * -ENAMETOOLONG / -EINVAL for a name the store cannot hold, so creates
+     * and renames fail at once instead of every upload later. */
+    int (*check_name)(struct store *s, const char *path);
+
+    /* The longest name of one path component (statfs's f_namemax); 0: 1024. */
+    unsigned name_max;
+
     /* Release everything the store holds. */
     void (*destroy)(struct store *s);
 };

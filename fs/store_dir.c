@@ -736,6 +736,14 @@ static void dir_destroy(struct store *s)
     free(ds);
 }
 
+static int dir_check_name(struct store *s, const char *path)
+{
+    (void)s;
+    if (strlen(path) >= PATH_MAX) /* it is opened by its path below the root */
+        return -ENAMETOOLONG;
+    return check_target(path);
+}
+
 static const struct store_ops dir_ops = {
     .scheme = "dir",
     .stat = dir_stat,
@@ -753,6 +761,8 @@ static const struct store_ops dir_ops = {
     .mkdir = dir_mkdir,
     .rmdir = dir_rmdir,
     .rename = dir_rename,
+    .check_name = dir_check_name,
+    .name_max = NAME_MAX,
     .destroy = dir_destroy,
 };
 

@@ -485,6 +485,19 @@ static void s3_destroy(struct store *base)
     free(s);
 }
 
+/* S3 keys are at most 1024 bytes of UTF-8 (prefix included). */
+#define S3_KEY_MAX 1024
+
+static int s3_check_name(struct store *base, const char *path)
+{
+    char *key = s3_store_key((struct s3_store *)base, path);
+    if (!key)
+        return -ENOMEM;
+    size_t n = strlen(key);
+    free(key);
+    return n > S3_KEY_MAX ? -ENAMETOOLONG : 0;
+}
+
 static const struct store_ops s3_ops = {
     .scheme = "s3",
     .stat = s3_stat,
@@ -502,6 +515,8 @@ static const struct store_ops s3_ops = {
     .remove = s3_store_remove,
     .mkdir = s3_store_mkdir, /* a "dir/" marker object */
     .rmdir = s3_store_rmdir, /* rename: NULL (directories are key prefixes) */
+    .check_name = s3_check_name,
+    .name_max = S3_KEY_MAX,
     .destroy = s3_destroy,
 };
 

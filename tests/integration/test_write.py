@@ -287,6 +287,47 @@ def test_a_renamed_or_removed_directory_leaves_no_stale_names(mounter, tmp_path)
     assert os.listdir(mnt.p("a")) == []
 
 
+def test_a_directory_renamed_onto_an_empty_one_replaces_it(wstore, mounter):
+    """§8, rename(2): a directory renamed onto an existing empty directory replaces it;
+    onto one with something in it, ENOTEMPTY."""
+    mnt = mounter(wstore)
+    os.mkdir(mnt.p("src"))
+    os.mkdir(mnt.p("empty"))
+    if wstore.kind == "dir":  # a store that renames directories: with a file in it
+        with open(mnt.p("src/x"), "wb") as f:
+            f.write(b"moved")
+        mnt.sync("src")
+    os.rename(mnt.p("src"), mnt.p("empty"))
+    assert not os.path.exists(mnt.p("src"))
+    assert os.path.isdir(mnt.p("empty"))
+    time.sleep(1.2)  # past the attribute timeout: the store says so too
+    assert not os.path.exists(mnt.p("src")), "the old name came back from the store"
+    assert os.path.isdir(mnt.p("empty"))
+    with open(mnt.p("empty/y"), "wb") as f:
+        f.write(b"new")
+    os.mkdir(mnt.p("src"))
+    assert harness.errno_of(lambda: os.rename(mnt.p("src"), mnt.p("empty"))) == errno.ENOTEMPTY
+    mnt.sync()
+    assert wstore.get("empty/y") == b"new"
+    if wstore.kind == "dir":
+        assert wstore.get("empty/x") == b"moved"
+
+
+def test_names_the_store_cannot_hold_fail_at_create(wstore, mounter):
+    """§8: a name the store cannot hold fails at create with ENAMETOOLONG (a local
+    directory: components over 255 bytes; S3: keys over 1024 bytes), not at every upload
+    after it; statfs reports the store's longest name."""
+    mnt = mounter(wstore)
+    name_max = os.statvfs(mnt.p()).f_namemax
+    assert name_max == (255 if wstore.kind == "dir" else 1024), name_max
+    too_long = "n" * (name_max + 1)
+    assert harness.errno_of(lambda: open(mnt.p(too_long), "wb")) == errno.ENAMETOOLONG
+    with open(mnt.p("ok"), "wb") as f:
+        f.write(b"1")
+    assert harness.errno_of(lambda: os.rename(mnt.p("ok"), mnt.p(too_long))) == errno.ENAMETOOLONG
+    mnt.sync()  # nothing left failing to upload
+
+
 # ----------------------------------------------------------------- visibility (§2)
 
 
