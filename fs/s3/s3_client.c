@@ -748,9 +748,14 @@ int s3_client_http_failure(struct s3_client *s, const struct s3_request *rq,
     return -c.final_err;
 }
 
-/* Hard cap on one attempt: generous, the no-progress timeout does the work. */
-static long hard_timeout_ms(const struct s3_client *s, size_t bytes)
+/* Hard cap on one attempt of rq: generous, the no-progress timeout does the
+ * work. None for a request whose server works before it answers and keeps
+ * the connection alive meanwhile (CopyObject, UploadPartCopy, Complete:
+ * minutes for large objects, with whitespace sent in the 200 answer). */
+static long hard_timeout_ms(const struct s3_client *s, const struct s3_request *rq, size_t bytes)
 {
+    if (rq->error_in_200)
+        return 0; /* curl: no limit */
     return 4L * s->request_timeout_ms + (long)(bytes / S3_MIN_RATE) * 1000L;
 }
 
@@ -763,7 +768,7 @@ int s3_client_perform(struct s3_client *s, const struct s3_request *rq, struct s
     if (rq->body.kind != S3_BODY_NONE && !has_body(rq))
         return -EINVAL;
     size_t sink = rq->sink ? rq->sink_cap : 0;
-    long timeout = hard_timeout_ms(s, body_len > sink ? (size_t)body_len : sink);
+    long timeout = hard_timeout_ms(s, rq, body_len > sink ? (size_t)body_len : sink);
     char payload[65];
     int e = payload_hash(s, rq, payload); /* once, not per attempt */
     if (e) {
@@ -812,10 +817,13 @@ int s3_client_perform(struct s3_client *s, const struct s3_request *rq, struct s
 int s3_client_list_page(struct s3_client *s, const struct s3_list_query *lq,
                         struct s3_list_page *page)
 {
-    struct sigv4_pair q[5];
+    struct sigv4_pair q[6];
     size_t nq = 0;
     char max_keys[16];
     q[nq++] = (struct sigv4_pair){"list-type", "2"};
+    /* Keys come URL-encoded (the answer says so; s3_xml decodes them): a key
+     * with a control character is not valid XML 1.0 otherwise. */
+    q[nq++] = (struct sigv4_pair){"encoding-type", "url"};
     q[nq++] = (struct sigv4_pair){"prefix", lq->prefix};
     if (lq->delimiter)
         q[nq++] = (struct sigv4_pair){"delimiter", "/"};

@@ -270,11 +270,22 @@ static int for_each_page(struct s3_store *s, const char *prefix, int delimiter,
                                    .max_retries = s->max_retries};
         struct s3_list_page page;
         rc = s3_client_list_page(s->client, &lq, &page);
+        if (rc < 0) {
+            free(token);
+            token = NULL;
+            break;
+        }
+        rc = on_page(arg, &page);
+        if (rc == 0 && page.is_truncated &&
+            (!page.next_token || (token && strcmp(token, page.next_token) == 0))) {
+            /* A truncated page must move on: no token, or the same one again,
+             * would list forever (a broken server). */
+            log_error("s3: LIST s3://%s/%s: a truncated page without a new continuation token",
+                      s->bucket, prefix);
+            rc = -EIO;
+        }
         free(token);
         token = NULL;
-        if (rc < 0)
-            break;
-        rc = on_page(arg, &page);
         if (rc == 0 && page.is_truncated) {
             token = page.next_token;
             page.next_token = NULL;
@@ -610,13 +621,14 @@ static int mount_check(struct s3_store *s, char *err, size_t errlen)
     char *prefix = s3_store_dir_prefix(s, "");
     if (!prefix)
         return -ENOMEM;
-    struct sigv4_pair q[] = {{"list-type", "2"}, {"max-keys", "1"}, {"prefix", prefix}};
+    struct sigv4_pair q[] = {
+        {"list-type", "2"}, {"encoding-type", "url"}, {"max-keys", "1"}, {"prefix", prefix}};
     int retries =
         s->max_retries < S3_MOUNT_CHECK_MAX_RETRIES ? s->max_retries : S3_MOUNT_CHECK_MAX_RETRIES;
     struct s3_request rq = {.what = "LIST",
                             .method = "GET",
                             .query = q,
-                            .nquery = 3,
+                            .nquery = 4,
                             .max_retries = retries,
                             .quiet = 1,
                             .counter = &s->base.counters.list_requests};

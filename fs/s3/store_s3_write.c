@@ -403,8 +403,8 @@ int s3_store_mpu_abort(struct store *base, const char *path, const char *upload_
 static int list_uploads_page(struct s3_store *s, const char *key, const char *key_marker,
                              const char *id_marker, struct s3_upload_page *page)
 {
-    struct sigv4_pair q[4] = {{"uploads", ""}, {"prefix", key}};
-    size_t nq = 2;
+    struct sigv4_pair q[5] = {{"uploads", ""}, {"encoding-type", "url"}, {"prefix", key}};
+    size_t nq = 3;
     if (key_marker)
         q[nq++] = (struct sigv4_pair){"key-marker", key_marker};
     if (id_marker)

@@ -328,6 +328,25 @@ def test_names_the_store_cannot_hold_fail_at_create(wstore, mounter):
     mnt.sync()  # nothing left failing to upload
 
 
+def test_a_name_with_a_control_character_does_not_break_its_directory(wstore, mounter):
+    """§8: S3 takes any UTF-8 key; a listing of a directory holding a name with a control
+    character still works (keys are asked URL-encoded: raw, such a key is not XML 1.0)."""
+    if type(wstore) is harness.S3Store:  # s3rver (radosgw's store is a subclass)
+        # Checked by hand: s3rver ignores encoding-type=url and writes the raw byte into
+        # its XML, which no XML parser takes (boto3's listing fails the same way).
+        pytest.skip("s3rver cannot list such a key for any client")
+    mnt = mounter(wstore)
+    os.mkdir(mnt.p("ctl"))
+    for name in ("a\x01b", "plain"):
+        with open(mnt.p("ctl/" + name), "wb") as f:
+            f.write(name.encode())
+    mnt.sync()
+    fresh = mounter(wstore)  # lists the store, not this mount's cache
+    assert sorted(os.listdir(fresh.p("ctl"))) == ["a\x01b", "plain"]
+    with open(fresh.p("ctl/a\x01b"), "rb") as f:
+        assert f.read() == b"a\x01b"
+
+
 # ----------------------------------------------------------------- visibility (§2)
 
 

@@ -123,3 +123,25 @@ def test_staged_fsync_does_not_wait_for_a_stalled_store(dedicated_s3server, faul
     assert took < 3, f"staged fsync took {took:.1f} s while the store stalled"
     mnt.sync(timeout=120)
     assert store.get("staged.bin") == want
+
+
+def test_a_slow_server_side_copy_is_waited_for(dedicated_s3server, faultproxy, mounter):
+    """§9: a server-side copy (rename of a stored object) or a completion may take minutes
+    on a large object, the server keeping the answer alive meanwhile: it is not cut off
+    by the per-attempt limit (4 x --timeout), only by silence (--timeout)."""
+    store, proxy = checked_store(dedicated_s3server, faultproxy, "slowcopy",
+                                 trickle_bytes=16, trickle_seconds=0.5)
+    want = harness.data(100_000, seed=5)
+    store.put("c/src.bin", want)
+    m = mounter(store, "--timeout", "1", endpoint=proxy.endpoint)
+    assert os.stat(m.p("c/src.bin")).st_size == len(want)
+    # The copy's answer (about 250 bytes) comes 16 bytes every 0.5 s: some 8 s in all,
+    # never 1 s of silence.
+    proxy.set_policy(Always("trickle", match=lambda r: "x-amz-copy-source" in r.headers))
+    t = time.monotonic()
+    os.rename(m.p("c/src.bin"), m.p("c/dst.bin"))
+    elapsed = time.monotonic() - t
+    assert elapsed > 4, f"the copy was not slowed ({elapsed:.1f} s): {proxy.summary()}"
+    proxy.set_policy(passthrough)
+    assert store.get("c/dst.bin") == want
+    assert store.get("c/src.bin") is None
