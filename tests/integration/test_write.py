@@ -242,7 +242,7 @@ def test_unlink_during_upload_aborts_it(wstore, mounter):
 
 
 def test_directories_mkdir_rmdir_and_modes(wstore, mounter):
-    """§8: mkdir/rmdir; modes 0644/0755; chmod and utime are accepted no-ops."""
+    """§5: mkdir/rmdir; modes 0644/0755; chmod and utime are accepted no-ops."""
     mnt = mounter(wstore)
     os.mkdir(mnt.p("newdir"))
     st = os.stat(mnt.p("newdir"))
@@ -263,7 +263,7 @@ def test_directories_mkdir_rmdir_and_modes(wstore, mounter):
 
 
 def test_a_renamed_or_removed_directory_leaves_no_stale_names(mounter, tmp_path):
-    """§8: after a directory rename the files show under the new name and not the old
+    """§6: after a directory rename the files show under the new name and not the old
     one; after rmdir and mkdir of the same name, the old entries are gone (the metadata
     cache forgot everything below both names). A local store: S3 cannot rename a
     directory with objects in it (EXDEV, mv copies)."""
@@ -288,7 +288,7 @@ def test_a_renamed_or_removed_directory_leaves_no_stale_names(mounter, tmp_path)
 
 
 def test_a_directory_renamed_onto_an_empty_one_replaces_it(wstore, mounter):
-    """§8, rename(2): a directory renamed onto an existing empty directory replaces it;
+    """§6, rename(2): a directory renamed onto an existing empty directory replaces it;
     onto one with something in it, ENOTEMPTY."""
     mnt = mounter(wstore)
     os.mkdir(mnt.p("src"))
@@ -314,7 +314,7 @@ def test_a_directory_renamed_onto_an_empty_one_replaces_it(wstore, mounter):
 
 
 def test_names_the_store_cannot_hold_fail_at_create(wstore, mounter):
-    """§8: a name the store cannot hold fails at create with ENAMETOOLONG (a local
+    """§6: a name the store cannot hold fails at create with ENAMETOOLONG (a local
     directory: components over 255 bytes; S3: keys over 1024 bytes), not at every upload
     after it; statfs reports the store's longest name."""
     mnt = mounter(wstore)
@@ -329,7 +329,7 @@ def test_names_the_store_cannot_hold_fail_at_create(wstore, mounter):
 
 
 def test_a_name_with_a_control_character_does_not_break_its_directory(wstore, mounter):
-    """§8: S3 takes any UTF-8 key; a listing of a directory holding a name with a control
+    """§5: S3 takes any UTF-8 key; a listing of a directory holding a name with a control
     character still works (keys are asked URL-encoded: raw, such a key is not XML 1.0)."""
     if type(wstore) is harness.S3Store:  # s3rver (radosgw's store is a subclass)
         # Checked by hand: s3rver ignores encoding-type=url and writes the raw byte into
