@@ -5,9 +5,7 @@
  * .metadata naming a shard in a subdirectory still uploading, an abort that
  * fails. Each test began as a reproduction of a bug found on review.
  */
-#include "mem_store.h"
-#include "stage.h"
-#include "test_util.h"
+#include "stage_fixture.h"
 
 #include <criterion/criterion.h>
 #include <dirent.h>
@@ -16,65 +14,9 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#define KiB 1024u
-#define PART (64 * KiB)
 #define CKPT CKPTFS_FIXTURES "/dcp-torch1.13/per_item"
 
-static char dir[] = "/tmp/ckptfs-test-replace-XXXXXX";
-static struct mem_store *mem;
-static struct stage *st;
-static struct stage_config cfg;
-
-static void open_stage(void)
-{
-    char err[256] = "";
-    cr_assert_eq(stage_open(mem_store_base(mem), "mem://test", &cfg, &st, err, sizeof err), 0, "%s",
-                 err);
-}
-
-static void setup(void)
-{
-    cr_assert_not_null(mkdtemp(dir));
-    mem = mem_store_new();
-    mem_store_set_min_part(mem, 0);
-    stage_config_defaults(&cfg);
-    cfg.dir = dir;
-    cfg.part_size = PART;
-    cfg.upload_workers = 4;
-    cfg.hold_seconds = 0.2;
-    cfg.retry_max_delay = 0.05;
-    cfg.commit_timeout = 20;
-    cfg.cpu_pressure = NULL;
-    open_stage();
-}
-
-static void teardown(void)
-{
-    stage_close(st);
-    mem_store_free(mem);
-    rm_tree(dir);
-}
-
-TestSuite(replace, .init = setup, .fini = teardown, .timeout = 60);
-
-static unsigned char *pattern(size_t n, unsigned seed)
-{
-    unsigned char *b = malloc(n + 1);
-    for (size_t i = 0; i < n; i++)
-        b[i] = (unsigned char)((i * 2654435761u + seed * 40503u) >> 11);
-    return b;
-}
-
-static void write_whole(const char *path, const unsigned char *data, size_t n)
-{
-    struct wfile *wf;
-    cr_assert_eq(stage_create(st, path, &wf), 0);
-    stage_writer_open(st, wf);
-    cr_assert_eq(stage_write(st, wf, data, n, 0), (ssize_t)n);
-    cr_assert_eq(stage_flush(st, wf), 0);
-    stage_writer_close(st, wf);
-    stage_put(st, wf);
-}
+TestSuite(replace, .init = stage_setup, .fini = stage_teardown, .timeout = 60);
 
 /* ---- 1: rename onto a staged file whose upload is still in flight ---- */
 
@@ -92,10 +34,10 @@ static void rename_over_inflight(int keep_ref)
 {
     mem_store_set_hook(mem, slow_first_put, NULL);
     unsigned char *old = pattern(1000, 1), *new = pattern(1000, 2);
-    write_whole("d/a", old, 1000); /* its PUT starts, slowly */
+    write_whole("d/a", old, 1000, 1000); /* its PUT starts, slowly */
     while (!atomic_load(&slow_put_started))
         usleep(1000);
-    write_whole("d/a.tmp", new, 1000);                               /* held until renamed */
+    write_whole("d/a.tmp", new, 1000, 1000);                         /* held until renamed */
     struct wfile *keep = keep_ref ? stage_get(st, "d/a.tmp") : NULL; /* an open handle */
     cr_assert_eq(stage_rename(st, "d/a.tmp", "d/a"), 0);             /* mv d/a.tmp d/a */
     cr_assert_eq(stage_sync(st, ""), 0); /* d/a (new bytes) is on the store */
@@ -133,6 +75,16 @@ static void slow_list(void *arg, const struct mem_call *c)
         usleep(400000);
 }
 
+/* Staged mode: the .metadata's check runs in the background. */
+static void reopen_staged_mode(void)
+{
+    stage_close(st);
+    cfg.fsync_remote = 0;
+    open_stage();
+}
+
+/* The fixture checkpoint's file name at key: staged through the stage, or
+ * put on the store directly. */
 static void put_fixture(const char *name, const char *key, int staged)
 {
     char path[1024];
@@ -140,27 +92,31 @@ static void put_fixture(const char *name, const char *key, int staged)
     size_t n;
     char *b = slurp(path, &n);
     if (staged)
-        write_whole(key, (unsigned char *)b, n);
+        write_whole(key, (unsigned char *)b, n, n);
     else
         mem_store_set(mem, key, b, n, NULL);
     free(b);
 }
 
-Test(replace, rename_of_a_metadata_during_its_check)
+/* Every shard of the fixture checkpoint on the store under ck/, but except. */
+static void store_shards_except(const char *except)
 {
-    stage_close(st);
-    cfg.fsync_remote = 0;
-    open_stage();
     DIR *d = opendir(CKPT);
     struct dirent *e;
     while ((e = readdir(d))) {
-        if (!strstr(e->d_name, ".distcp"))
+        if (!strstr(e->d_name, ".distcp") || (except && strcmp(e->d_name, except) == 0))
             continue;
         char key[512];
         snprintf(key, sizeof key, "ck/%s", e->d_name);
-        put_fixture(e->d_name, key, 0); /* the shards are on the store already */
+        put_fixture(e->d_name, key, 0);
     }
     closedir(d);
+}
+
+Test(replace, rename_of_a_metadata_during_its_check)
+{
+    reopen_staged_mode();
+    store_shards_except(NULL); /* the shards are on the store already */
     mem_store_set_hook(mem, slow_list, NULL);
     put_fixture(".metadata", "ck/rank0.metadata", 1);
     while (!atomic_load(&listing))
@@ -171,115 +127,79 @@ Test(replace, rename_of_a_metadata_during_its_check)
     cr_assert_eq(stage_sync(st, ""), -EIO, "published other/ although nothing it names is there");
 }
 
-/* ---- 3: .metadata naming a shard in a subdirectory this mount is still writing ---- */
+/* ---- 3: .metadata naming a shard this mount is still uploading ---- */
 
-static atomic_int meta_saw_stale_shard, meta_put_seen;
-static unsigned char *new_shard;
-static size_t new_shard_len;
+/* What the store held at the shard's key when the .metadata was PUT. */
+struct shard_watch {
+    const char *key;           /* the shard this mount uploads, slowly */
+    const unsigned char *want; /* its new bytes */
+    size_t len;
+    atomic_int meta_put, stale;
+};
 
-static void subdir_hook(void *arg, const struct mem_call *c)
+static void watch_shard(void *arg, const struct mem_call *c)
 {
-    (void)arg;
+    struct shard_watch *w = arg;
     if (c->op != MEM_OP_PUT)
         return;
-    if (strcmp(c->path, "ck/s/0_1.distcp") == 0) {
+    if (strcmp(c->path, w->key) == 0) {
         usleep(1000000); /* this mount's new shard is slow to upload */
     } else if (strcmp(c->path, "ck/.metadata") == 0) {
-        atomic_store(&meta_put_seen, 1);
+        atomic_store(&w->meta_put, 1);
         size_t len = 0;
-        unsigned char *got = mem_store_get(mem, "ck/s/0_1.distcp", &len);
-        if (!got || len != new_shard_len || memcmp(got, new_shard, len) != 0)
-            atomic_store(&meta_saw_stale_shard, 1);
+        unsigned char *got = mem_store_get(mem, w->key, &len);
+        if (!got || len != w->len || memcmp(got, w->want, len) != 0)
+            atomic_store(&w->stale, 1);
         free(got);
     }
 }
 
-Test(replace, metadata_naming_a_shard_in_a_subdirectory_still_uploading)
+/* A save whose shard __0_1.distcp is named shard_name in its .metadata (same
+ * length in the pickle) while an earlier save's object of the same size is
+ * still on the store there: the .metadata must wait for this mount's
+ * upload of the shard. */
+static void metadata_waits_for_its_shard(const char *shard_name)
 {
-    stage_close(st);
-    cfg.fsync_remote = 0;
-    open_stage();
-    /* a .metadata whose __0_1.distcp is s/0_1.distcp (same length in the pickle) */
+    reopen_staged_mode();
     size_t mlen;
     char *meta = slurp(CKPT "/.metadata", &mlen);
     char *at = memmem(meta, mlen, "__0_1.distcp", 12);
     cr_assert_not_null(at);
-    memcpy(at, "s/0_1.distcp", 12);
-    /* every other shard is on the store; s/0_1.distcp too, from an earlier
-     * save to this directory (same size, other bytes) */
-    DIR *d = opendir(CKPT);
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        if (!strstr(e->d_name, ".distcp") || strcmp(e->d_name, "__0_1.distcp") == 0)
-            continue;
-        char key[512];
-        snprintf(key, sizeof key, "ck/%s", e->d_name);
-        put_fixture(e->d_name, key, 0);
-    }
-    closedir(d);
-    new_shard = (unsigned char *)slurp(CKPT "/__0_1.distcp", &new_shard_len);
-    unsigned char *old = pattern(new_shard_len, 7);
-    mem_store_set(mem, "ck/s/0_1.distcp", old, new_shard_len, NULL);
-    mem_store_set_hook(mem, subdir_hook, NULL);
+    cr_assert_eq(strlen(shard_name), 12);
+    memcpy(at, shard_name, 12);
+    store_shards_except("__0_1.distcp");
+    char key[64];
+    snprintf(key, sizeof key, "ck/%s", shard_name);
+    size_t n;
+    unsigned char *shard = (unsigned char *)slurp(CKPT "/__0_1.distcp", &n);
+    unsigned char *old = pattern(n, 7);
+    mem_store_set(mem, key, old, n, NULL);
+    struct shard_watch w = {.key = key, .want = shard, .len = n};
+    mem_store_set_hook(mem, watch_shard, &w);
     /* this save: the shard is written (its upload is slow), then the .metadata */
-    write_whole("ck/s/0_1.distcp", new_shard, new_shard_len);
-    write_whole("ck/.metadata", (unsigned char *)meta, mlen);
+    write_whole(key, shard, n, n);
+    write_whole("ck/.metadata", (unsigned char *)meta, mlen, mlen);
     int rc = stage_sync(st, "");
+    mem_store_set_hook(mem, NULL, NULL);
     free(old);
     free(meta);
+    free(shard);
     cr_assert_eq(rc, 0);
-    cr_assert(atomic_load(&meta_put_seen));
-    cr_assert_eq(
-        atomic_load(&meta_saw_stale_shard), 0,
-        ".metadata was PUT while s/0_1.distcp on the store still held the old save's bytes "
-        "(this mount's new shard was still uploading)");
-    free(new_shard);
+    cr_assert(atomic_load(&w.meta_put));
+    cr_assert_eq(atomic_load(&w.stale), 0,
+                 ".metadata was PUT while %s on the store still held the old save's bytes (this "
+                 "mount's new shard was still uploading)",
+                 key);
 }
 
-static atomic_int flat_stale;
-
-static void flat_hook(void *arg, const struct mem_call *c)
+Test(replace, metadata_naming_a_shard_in_a_subdirectory_still_uploading)
 {
-    (void)arg;
-    if (c->op != MEM_OP_PUT)
-        return;
-    if (strcmp(c->path, "ck/__0_1.distcp") == 0) {
-        usleep(1000000);
-    } else if (strcmp(c->path, "ck/.metadata") == 0) {
-        size_t len = 0;
-        unsigned char *got = mem_store_get(mem, "ck/__0_1.distcp", &len);
-        if (!got || len != new_shard_len || memcmp(got, new_shard, len) != 0)
-            atomic_store(&flat_stale, 1);
-        free(got);
-    }
+    metadata_waits_for_its_shard("s/0_1.distcp");
 }
 
-/* control: the same with the shard in the .metadata's own directory waits */
-Test(replace, control_same_directory_shard_still_uploading)
+Test(replace, metadata_naming_a_shard_in_its_directory_still_uploading)
 {
-    stage_close(st);
-    cfg.fsync_remote = 0;
-    open_stage();
-    DIR *d = opendir(CKPT);
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        if (!strstr(e->d_name, ".distcp"))
-            continue;
-        char key[512];
-        snprintf(key, sizeof key, "ck/%s", e->d_name);
-        put_fixture(e->d_name, key, 0);
-    }
-    closedir(d);
-    new_shard = (unsigned char *)slurp(CKPT "/__0_1.distcp", &new_shard_len);
-    unsigned char *old = pattern(new_shard_len, 7);
-    mem_store_set(mem, "ck/__0_1.distcp", old, new_shard_len, NULL);
-    mem_store_set_hook(mem, flat_hook, NULL);
-    write_whole("ck/__0_1.distcp", new_shard, new_shard_len);
-    put_fixture(".metadata", "ck/.metadata", 1);
-    cr_assert_eq(stage_sync(st, ""), 0);
-    cr_assert_eq(atomic_load(&flat_stale), 0);
-    free(old);
-    free(new_shard);
+    metadata_waits_for_its_shard("__0_1.distcp");
 }
 
 /* ---- 4: a failed abort is forgotten: the multipart upload stays for good ---- */
