@@ -35,24 +35,72 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
-struct abort_ctx {
-    struct store *store;
-    const char *key;
-    const char *keep; /* upload id to leave alone, or "" */
-    int aborted;
+/* The ids of a key's multipart uploads in progress. */
+struct id_list {
+    char **ids;
+    size_t n;
 };
 
-static int abort_one(void *arg, const char *upload_id)
+static int collect_id(void *arg, const char *upload_id)
 {
-    struct abort_ctx *a = arg;
-    if (strcmp(upload_id, a->keep) == 0)
-        return 0;
-    int rc = a->store->ops->mpu_abort(a->store, a->key, upload_id);
-    if (rc == 0)
-        a->aborted++;
-    else
-        log_warn("recover: cannot abort a multipart upload of %s: %s", a->key, strerror(-rc));
+    struct id_list *l = arg;
+    char **n = realloc(l->ids, (l->n + 1) * sizeof *n);
+    if (n)
+        l->ids = n;
+    if (!n || !(n[l->n] = strdup(upload_id)))
+        return 1; /* out of memory: the key is swept as far as it was listed */
+    l->n++;
     return 0;
+}
+
+/* List key's uploads in progress into l (lock not held): 0, or the
+ * listing's negative errno, logged (-ENOSYS: the store cannot list them). */
+static int list_uploads(struct stage *st, const char *key, struct id_list *l)
+{
+    int rc = st->store->ops->mpu_list(st->store, key, collect_id, l);
+    if (rc == -ENOSYS) /* a server that cannot list them (s3rver) */
+        log_debug("recover: the store cannot list multipart uploads of %s", key);
+    else if (rc < 0)
+        log_warn("recover: cannot list multipart uploads of %s: %s", key, strerror(-rc));
+    return rc < 0 ? rc : 0;
+}
+
+/* Take out of l (and free) the ids that keep(arg, id) says to leave alone. */
+static void leave_alone(struct id_list *l, int (*keep)(const void *arg, const char *id),
+                        const void *arg)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < l->n; i++) {
+        if (keep(arg, l->ids[i]))
+            free(l->ids[i]);
+        else
+            l->ids[n++] = l->ids[i];
+    }
+    l->n = n;
+}
+
+/* Abort every upload of key in l, and empty l (lock not held). */
+static void abort_listed(struct stage *st, const char *key, struct id_list *l)
+{
+    int aborted = 0;
+    for (size_t i = 0; i < l->n; i++) {
+        int rc = st->store->ops->mpu_abort(st->store, key, l->ids[i]);
+        if (rc == 0)
+            aborted++;
+        else
+            log_warn("recover: cannot abort a multipart upload of %s: %s", key, strerror(-rc));
+        free(l->ids[i]);
+    }
+    free(l->ids);
+    *l = (struct id_list){0};
+    if (aborted)
+        log_info("recover: aborted %d abandoned multipart upload%s of %s", aborted,
+                 aborted == 1 ? "" : "s", key);
+}
+
+static int same_id(const void *keep, const char *id)
+{
+    return strcmp(id, keep) == 0;
 }
 
 /* Remember key for the second sweep (lock not held: recovery runs before
@@ -74,16 +122,11 @@ static void note_sweep(struct stage *st, const char *key)
  * listing's negative errno (-ENOSYS: the store cannot list them). */
 static int abort_uploads(struct stage *st, const char *key, const char *keep)
 {
-    struct abort_ctx a = {st->store, key, keep, 0};
-    int rc = st->store->ops->mpu_list(st->store, key, abort_one, &a);
-    if (rc == -ENOSYS) /* a server that cannot list them (s3rver) */
-        log_debug("recover: the store cannot list multipart uploads of %s", key);
-    else if (rc < 0)
-        log_warn("recover: cannot list multipart uploads of %s: %s", key, strerror(-rc));
-    if (a.aborted)
-        log_info("recover: aborted %d abandoned multipart upload%s of %s", a.aborted,
-                 a.aborted == 1 ? "" : "s", key);
-    return rc < 0 ? rc : 0;
+    struct id_list l = {0};
+    int rc = list_uploads(st, key, &l);
+    leave_alone(&l, same_id, keep);
+    abort_listed(st, key, &l);
+    return rc;
 }
 
 /* Recovery's sweep of key: abort its uploads but keep, and note the key
@@ -387,35 +430,28 @@ static int key_in_use(const struct stage *st, const char *key)
     return 0;
 }
 
-/* 1 if a live file of this mount holds upload id of key. Lock held. */
-static int upload_owned(const struct stage *st, const char *key, const char *id)
+/* What the second sweep leaves alone of one key (lock held). */
+struct sweep_key {
+    const struct stage *st;
+    const char *key;
+};
+
+/* 1 if a live file of this mount holds upload id of the key. */
+static int held_here(const void *arg, const char *id)
 {
-    for (const struct wfile *wf = st->files; wf; wf = wf->next)
-        if (wf->upload_key && wf->upload_id && strcmp(wf->upload_key, key) == 0 &&
+    const struct sweep_key *k = arg;
+    for (const struct wfile *wf = k->st->files; wf; wf = wf->next)
+        if (wf->upload_key && wf->upload_id && strcmp(wf->upload_key, k->key) == 0 &&
             strcmp(wf->upload_id, id) == 0)
             return 1;
     return 0;
 }
 
-struct id_list {
-    char **ids;
-    size_t n;
-    int oom;
-};
-
-static int collect_id(void *arg, const char *upload_id)
+static int every_id(const void *arg, const char *id)
 {
-    struct id_list *l = arg;
-    char **n = realloc(l->ids, (l->n + 1) * sizeof *n);
-    if (!n || !(n[l->n] = strdup(upload_id))) {
-        if (n)
-            l->ids = n;
-        l->oom = 1;
-        return 1; /* stop: the key is swept as far as it was listed */
-    }
-    l->ids = n;
-    l->n++;
-    return 0;
+    (void)arg;
+    (void)id;
+    return 1;
 }
 
 /* The second sweep of one key (lock held, dropped for the requests): list
@@ -426,34 +462,18 @@ static void sweep_key_again(struct stage *st, const char *key)
 {
     struct id_list l = {0};
     pthread_mutex_unlock(&st->lock);
-    int rc = st->store->ops->mpu_list(st->store, key, collect_id, &l);
+    list_uploads(st, key, &l);
     pthread_mutex_lock(&st->lock);
-    if (rc < 0 && rc != -ENOSYS)
-        log_warn("recover: cannot list multipart uploads of %s: %s", key, strerror(-rc));
-    int skip = st->stopping || key_in_use(st, key);
-    if (skip && l.n && !st->stopping)
-        log_debug("recover: %s is being uploaded again: no second sweep of it", key);
-    size_t n = 0; /* the listed uploads to abort: l.ids[0..n) */
-    for (size_t i = 0; i < l.n; i++) {
-        if (skip || upload_owned(st, key, l.ids[i]))
-            free(l.ids[i]);
-        else
-            l.ids[n++] = l.ids[i];
+    struct sweep_key k = {st, key};
+    if (st->stopping || key_in_use(st, key)) {
+        if (l.n && !st->stopping)
+            log_debug("recover: %s is being uploaded again: no second sweep of it", key);
+        leave_alone(&l, every_id, NULL);
+    } else {
+        leave_alone(&l, held_here, &k);
     }
     pthread_mutex_unlock(&st->lock);
-    int aborted = 0;
-    for (size_t i = 0; i < n; i++) {
-        int arc = st->store->ops->mpu_abort(st->store, key, l.ids[i]);
-        if (arc == 0)
-            aborted++;
-        else
-            log_warn("recover: cannot abort a multipart upload of %s: %s", key, strerror(-arc));
-        free(l.ids[i]);
-    }
-    free(l.ids);
-    if (aborted)
-        log_info("recover: aborted %d abandoned multipart upload%s of %s", aborted,
-                 aborted == 1 ? "" : "s", key);
+    abort_listed(st, key, &l);
     pthread_mutex_lock(&st->lock);
 }
 
