@@ -364,17 +364,19 @@ static int prefetch_awaits_reader(const struct cblock *b, int64_t now_ms)
     return o->opens > 0 || (!o->opened && now_ms - b->ready_ms < PREFETCH_WAIT_FOR_OPEN_MS);
 }
 
-/* Evict least recently used unpinned READY blocks until need more bytes
- * fit. A background fetch (background) does not evict prefetched blocks
- * that still await their reader: under pressure, prefetching more would
- * only throw away what was prefetched before it is used. Returns 1 if they
- * fit. */
+/* The memory the cache holds against its capacity: its blocks' bytes, or
+ * the fetch buffers they keep alive if those are more. */
 static uint64_t held_locked(struct cache *c)
 {
     uint64_t bufs = atomic_load(&c->buffer_bytes);
     return bufs > c->st.bytes_cached ? bufs : c->st.bytes_cached;
 }
 
+/* Evict least recently used unpinned READY blocks until need more bytes
+ * fit. A background fetch (background) does not evict prefetched blocks
+ * that still await their reader: under pressure, prefetching more would
+ * only throw away what was prefetched before it is used. Returns 1 if they
+ * fit. */
 static int make_room_locked(struct cache *c, uint64_t need, int background)
 {
     struct cblock *b = c->lru.lru_prev;

@@ -74,18 +74,16 @@ static size_t meta_bucket(const char *path)
     return str_hash(path, strlen(path)) % META_BUCKETS;
 }
 
-/* Drop expired entries (or all). Listing marks ("dir/") go too: a mark
- * says that a name missing from the cache is missing from the store, which
- * stops being true once entries are purged. */
-static void meta_purge_locked(struct core *core, int everything)
+/* Remove every entry drop(e, arg) says to (meta_lock held). */
+static void meta_remove_if_locked(struct core *core,
+                                  int (*drop)(const struct meta_entry *e, const void *arg),
+                                  const void *arg)
 {
-    double now = mono_seconds();
     for (size_t i = 0; i < META_BUCKETS; i++) {
         struct meta_entry **pp = &core->meta[i];
         while (*pp) {
             struct meta_entry *e = *pp;
-            size_t n = strlen(e->path);
-            if (everything || e->expires <= now || (n > 0 && e->path[n - 1] == '/')) {
+            if (drop(e, arg)) {
                 *pp = e->next;
                 free(e);
                 core->meta_count--;
@@ -94,6 +92,27 @@ static void meta_purge_locked(struct core *core, int everything)
             }
         }
     }
+}
+
+struct purge {
+    double now;
+    int everything;
+};
+
+static int purged(const struct meta_entry *e, const void *arg)
+{
+    const struct purge *p = arg;
+    size_t n = strlen(e->path);
+    return p->everything || e->expires <= p->now || (n > 0 && e->path[n - 1] == '/');
+}
+
+/* Drop expired entries (or all). Listing marks ("dir/") go too: a mark
+ * says that a name missing from the cache is missing from the store, which
+ * stops being true once entries are purged. */
+static void meta_purge_locked(struct core *core, int everything)
+{
+    struct purge p = {mono_seconds(), everything};
+    meta_remove_if_locked(core, purged, &p);
 }
 
 void core_meta_put(struct core *core, const char *path, int err, const struct store_stat *st)
@@ -155,23 +174,16 @@ static enum meta_state meta_find(struct core *core, const char *path, int *err,
     return state;
 }
 
-void core_meta_forget_below(struct core *core, const char *dir)
+static int at_or_below(const struct meta_entry *e, const void *dir)
 {
     size_t n = strlen(dir);
+    return strncmp(e->path, dir, n) == 0 && (e->path[n] == '/' || e->path[n] == '\0');
+}
+
+void core_meta_forget_below(struct core *core, const char *dir)
+{
     pthread_mutex_lock(&core->meta_lock);
-    for (size_t i = 0; i < META_BUCKETS; i++) {
-        struct meta_entry **pp = &core->meta[i];
-        while (*pp) {
-            struct meta_entry *e = *pp;
-            if (strncmp(e->path, dir, n) == 0 && (e->path[n] == '/' || e->path[n] == '\0')) {
-                *pp = e->next;
-                free(e);
-                core->meta_count--;
-            } else {
-                pp = &e->next;
-            }
-        }
-    }
+    meta_remove_if_locked(core, at_or_below, dir);
     pthread_mutex_unlock(&core->meta_lock);
 }
 

@@ -279,6 +279,15 @@ static int any_entry(void *arg, const char *name, const struct store_stat *st)
     return 1; /* one is enough */
 }
 
+/* 1 if anything below directory dir is on the store, 0 if nothing, or a
+ * negative errno. */
+static int stored_below(struct core *core, const char *dir)
+{
+    int any = 0;
+    int rc = core->store->ops->list(core->store, dir, any_entry, &any);
+    return rc < 0 && rc != -ENOENT ? rc : any;
+}
+
 /* Rename a directory: the store renames it if it can (a local directory),
  * after what is staged below it is on the store; a store of keys (S3)
  * cannot, unless nothing of it is on the store yet: -EXDEV, so mv copies. */
@@ -292,12 +301,9 @@ static int rename_dir(struct core *core, const char *sfrom, const char *sto)
             rc = stage_rename_dir(core->stage, sfrom, sto);
         return rc;
     }
-    int any = 0;
-    int rc = core->store->ops->list(core->store, sfrom, any_entry, &any);
-    if (rc < 0 && rc != -ENOENT)
-        return rc;
-    if (any)
-        return -EXDEV;
+    int rc = stored_below(core, sfrom);
+    if (rc != 0)
+        return rc < 0 ? rc : -EXDEV;
     rc = stage_rename_dir(core->stage, sfrom, sto);
     if (rc == 0 && core->store->ops->mkdir && core->store->ops->rmdir) {
         /* Its marker moves too (nothing else of it is on the store): the new
@@ -320,11 +326,8 @@ static int replace_empty_dir(struct core *core, const char *sto)
 {
     if (stage_busy_below(core->stage, sto))
         return -ENOTEMPTY;
-    int any = 0;
-    int rc = core->store->ops->list(core->store, sto, any_entry, &any);
-    if (rc < 0 && rc != -ENOENT)
-        return rc;
-    return any ? -ENOTEMPTY : 0;
+    int rc = stored_below(core, sto);
+    return rc > 0 ? -ENOTEMPTY : rc;
 }
 
 /* Rename an object that is on the store (not staged). */

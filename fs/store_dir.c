@@ -93,11 +93,13 @@ static int hidden(const char *path)
 
 /* 0 if an object or directory may be created at path; -EINVAL for the root,
  * a path path_ok() refuses, a trailing '/' or a hidden name, -ENAMETOOLONG if
- * the last component is longer than NAME_MAX. */
+ * the last component is longer than NAME_MAX or the path PATH_MAX or more. */
 static int check_target(const char *path)
 {
     if (!*path || !path_ok(path) || path[strlen(path) - 1] == '/' || hidden(path))
         return -EINVAL;
+    if (strlen(path) >= PATH_MAX) /* it is opened by its path below the root */
+        return -ENAMETOOLONG;
     const char *slash = strrchr(path, '/');
     if (strlen(slash ? slash + 1 : path) > NAME_MAX)
         return -ENAMETOOLONG;
@@ -739,8 +741,6 @@ static void dir_destroy(struct store *s)
 static int dir_check_name(struct store *s, const char *path)
 {
     (void)s;
-    if (strlen(path) >= PATH_MAX) /* it is opened by its path below the root */
-        return -ENAMETOOLONG;
     return check_target(path);
 }
 

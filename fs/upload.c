@@ -15,10 +15,10 @@
  * staged mode, jobs wait while the trainer writes on a contended CPU
  * (yield_to_writers).
  */
+#include "cpu_pressure.h"
 #include "journal.h"
 #include "log.h"
 #include "parts.h"
-#include "cpu_pressure.h"
 #include "wfile.h"
 
 #include <assert.h>
@@ -295,6 +295,15 @@ static int predecessor_in_flight(const struct stage *st, const struct wfile *wf)
              (o->upload_key && strcmp(o->upload_key, wf->path) == 0)))
             return 1;
     return 0;
+}
+
+/* Kick the live file named key, which predecessor_in_flight() may have
+ * held back while wf's requests were out (lock held). */
+static void kick_successor(struct stage *st, struct wfile *wf, const char *key)
+{
+    struct wfile *successor = stage_find_locked(st, key);
+    if (successor && successor != wf)
+        upload_kick(st, successor);
 }
 
 void upload_kick(struct stage *st, struct wfile *wf)
@@ -629,14 +638,10 @@ static void run_job(void *arg)
     }
     wf->jobs--;
     upload_kick(st, wf);
-    if (wf->unlinked && wf->jobs == 0) {
-        /* The file that took its name may have waited for this. */
-        struct wfile *successor = stage_find_locked(st, wf->path);
-        if (successor && successor != wf)
-            upload_kick(st, successor);
-        if (wf->upload_key && strcmp(wf->upload_key, wf->path) != 0 &&
-            (successor = stage_find_locked(st, wf->upload_key)) != NULL && successor != wf)
-            upload_kick(st, successor);
+    if (wf->unlinked && wf->jobs == 0) { /* the file that took its name may wait for this */
+        kick_successor(st, wf, wf->path);
+        if (wf->upload_key && strcmp(wf->upload_key, wf->path) != 0)
+            kick_successor(st, wf, wf->upload_key);
     }
     pthread_cond_broadcast(&st->changed);
     wfile_unref(st, wf);

@@ -269,28 +269,27 @@ static int for_each_page(struct s3_store *s, const char *prefix, int delimiter,
                                    .delimiter = delimiter,
                                    .max_retries = s->max_retries};
         struct s3_list_page page;
+        char *next = NULL;
         rc = s3_client_list_page(s->client, &lq, &page);
-        if (rc < 0) {
-            free(token);
-            token = NULL;
-            break;
-        }
-        rc = on_page(arg, &page);
-        if (rc == 0 && page.is_truncated &&
-            (!page.next_token || (token && strcmp(token, page.next_token) == 0))) {
-            /* A truncated page must move on: no token, or the same one again,
-             * would list forever (a broken server). */
-            log_error("s3: LIST s3://%s/%s: a truncated page without a new continuation token",
-                      s->bucket, prefix);
-            rc = -EIO;
+        if (rc == 0) {
+            rc = on_page(arg, &page);
+            if (rc == 0 && page.is_truncated) {
+                /* A truncated page must move on: no token, or the same one
+                 * again, would list forever (a broken server). */
+                if (!page.next_token || (token && strcmp(token, page.next_token) == 0)) {
+                    log_error("s3: LIST s3://%s/%s: a truncated page without a new "
+                              "continuation token",
+                              s->bucket, prefix);
+                    rc = -EIO;
+                } else {
+                    next = page.next_token;
+                    page.next_token = NULL;
+                }
+            }
+            s3_list_page_free(&page);
         }
         free(token);
-        token = NULL;
-        if (rc == 0 && page.is_truncated) {
-            token = page.next_token;
-            page.next_token = NULL;
-        }
-        s3_list_page_free(&page);
+        token = next;
     } while (rc == 0 && token);
     free(token);
     return rc < 0 ? rc : 0;
