@@ -356,7 +356,8 @@ static int has_id(const struct recover_ctx *c, uint64_t id)
 /* Staging files no record names: written, never sealed, and the crash came
  * before anything journaled them (a seal starts the upload before its record
  * is written, so a PUT may have begun: its leftovers are cleaned). Kept under
- * recovered/, named by the path their creation noted on them (or their id). */
+ * recovered/, named by the path their creation noted on them (or their id);
+ * an empty one the crash caught before its path was noted is removed. */
 static void keep_orphans(struct stage *st, struct recover_ctx *c)
 {
     int fd = dup(st->files_dirfd);
@@ -380,6 +381,15 @@ static void keep_orphans(struct stage *st, struct recover_ctx *c)
         if (sfd >= 0)
             close(sfd);
         path[n > 0 ? n : 0] = '\0';
+        if (!*path && size == 0) {
+            /* the crash came between its creation and its name: nothing was
+             * written to it, so nothing is lost */
+            if (unlinkat(st->files_dirfd, e->d_name, 0) == 0) {
+                log_info("recover: removed the empty, unnamed staging file %s", e->d_name);
+                c->discarded++;
+                continue;
+            }
+        }
         if (*path && !strstr(path, ".."))
             abort_strays(st, path, ""); /* a seal's upload may have begun before its record */
         else
