@@ -645,11 +645,19 @@ static ssize_t write_staging(struct stage *st, struct wfile *wf, const void *buf
     return (ssize_t)len;
 }
 
+/* The largest file this stage can publish: what the part geometry holds,
+ * and no more than the store's own limit (S3: 5 TiB). */
+static uint64_t max_file_size(const struct stage *st)
+{
+    uint64_t parts = parts_max_object(st->cfg.part_size), store = st->store->max_object;
+    return store && store < parts ? store : parts;
+}
+
 int stage_write_begin(struct stage *st, struct wfile *wf, uint64_t off, size_t len)
 {
     if (len == 0)
         return -EINVAL;
-    if (off > UINT64_MAX - len || off + len > parts_max_object(st->cfg.part_size))
+    if (off > UINT64_MAX - len || off + len > max_file_size(st))
         return -EFBIG;
     uint64_t end = off + len, base = st->cfg.part_size;
     uint32_t p0 = parts_at(base, off), p1 = parts_at(base, end - 1);
@@ -738,7 +746,7 @@ ssize_t stage_write(struct stage *st, struct wfile *wf, const void *buf, size_t 
 
 int stage_truncate(struct stage *st, struct wfile *wf, uint64_t size)
 {
-    if (size > parts_max_object(st->cfg.part_size))
+    if (size > max_file_size(st))
         return -EFBIG;
     pthread_mutex_lock(&st->lock);
     uint64_t old = wf->size, low = old < size ? old : size, base = st->cfg.part_size;

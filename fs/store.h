@@ -200,7 +200,8 @@ struct store_ops {
 struct store {
     const struct store_ops *ops;
     struct store_counters counters;
-    char *description; /* for logs, e.g. "s3://bucket/prefix"; never holds secrets */
+    char *description;   /* for logs, e.g. "s3://bucket/prefix"; never holds secrets */
+    uint64_t max_object; /* the largest object the store holds; 0: no limit of its own */
 };
 
 /* Options for opening a store; unset fields take defaults from the

@@ -497,6 +497,7 @@ static void s3_destroy(struct store *base)
 
 /* S3 keys are at most 1024 bytes of UTF-8 (prefix included). */
 #define S3_KEY_MAX 1024
+#define S3_MAX_OBJECT (5ull << 40) /* 5 TiB: S3's largest object */
 
 static int s3_check_name(struct store *base, const char *path)
 {
@@ -684,6 +685,7 @@ int store_s3_open(const char *bucket, const char *prefix, const struct store_opt
     if (!s)
         return -ENOMEM;
     s->base.ops = &s3_ops;
+    s->base.max_object = S3_MAX_OBJECT;
     apply_settings(s, opt);
     s->bucket = strdup(bucket);
     s->prefix = clean_prefix(prefix);

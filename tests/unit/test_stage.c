@@ -89,6 +89,25 @@ Test(stage, small_file_is_one_put)
     free(d);
 }
 
+Test(stage, a_file_cannot_grow_past_the_stores_largest_object)
+{
+    /* S3 holds objects up to 5 TiB while 8 MiB parts could make ~8 TiB: a
+     * file past the store's limit fails its write (EFBIG), not its upload. */
+    mem_store_base(mem)->max_object = 100000;
+    struct wfile *wf;
+    cr_assert_eq(stage_create(st, "a/capped", &wf), 0);
+    stage_writer_open(st, wf);
+    cr_assert_eq(stage_write(st, wf, "x", 1, 99999), 1, "the last byte the store holds");
+    cr_assert_eq(stage_write(st, wf, "xy", 2, 99999), -EFBIG);
+    cr_assert_eq(stage_truncate(st, wf, 100001), -EFBIG);
+    cr_assert_eq(stage_truncate(st, wf, 100000), 0);
+    cr_assert_eq(stage_flush(st, wf), 0);
+    stage_writer_close(st, wf);
+    stage_put(st, wf);
+    cr_assert_eq(stage_sync(st, ""), 0);
+    cr_assert(stored("a/capped"));
+}
+
 Test(stage, large_file_streams_parts_before_close)
 {
     size_t n = 6 * PART + 100;
