@@ -60,12 +60,13 @@ struct cblock {
     struct cache_obj *obj;
     uint64_t idx;
     enum block_state state;
-    int err;          /* FAILED: the negative errno */
-    int in_table;     /* still reachable through the hash */
-    unsigned pins;    /* readers copying from or waiting on this block */
-    int prefetched;   /* fetched in the background ... */
-    int used;         /* ... and a reader has touched it since */
-    int64_t ready_ms; /* monotonic ms it became READY */
+    int err;                  /* FAILED: the negative errno */
+    int in_table;             /* still reachable through the hash */
+    unsigned pins;            /* readers copying from or waiting on this block */
+    int prefetched;           /* fetched in the background ... */
+    int used;                 /* ... and a reader has touched it since */
+    int64_t ready_ms;         /* monotonic ms it became READY */
+    struct fetch_job *queued; /* FETCHING: its background job, until that starts */
     struct cbuf *buf;
     char *data;
     uint32_t len;
@@ -573,9 +574,24 @@ static int fetch_run(struct cache *c, struct cache_obj *o, uint64_t first, uint3
     return rc;
 }
 
+/* The job's blocks stop naming it: it has started, or a reader is taking it
+ * over (lock held). */
+static void job_started_locked(struct cache *c, struct fetch_job *j)
+{
+    for (uint32_t i = 0; i < j->n; i++) {
+        struct cblock *b = block_find(c, j->obj, j->first + i);
+        assert(b && b->state == BLOCK_FETCHING); /* published only by the job */
+        if (b->queued == j)
+            b->queued = NULL;
+    }
+}
+
 static void fetch_job_run(void *arg)
 {
     struct fetch_job *j = arg;
+    pthread_mutex_lock(&j->c->lock);
+    job_started_locked(j->c, j);
+    pthread_mutex_unlock(&j->c->lock);
     fetch_run(j->c, j->obj, j->first, j->n, 1);
     pthread_mutex_lock(&j->c->lock);
     obj_unref_locked(j->c, j->obj);
@@ -641,6 +657,16 @@ ssize_t cache_read(struct cache *c, struct cache_obj *o, uint64_t off, size_t le
         prefetch_account_use(c, b);
         if (b->state == BLOCK_FETCHING) {
             c->st.shared++;
+            struct fetch_job *j = b->queued;
+            if (j) { /* still queued, perhaps behind other files' prefetch: run it here */
+                job_started_locked(c, j);
+                pthread_mutex_unlock(&c->lock);
+                int taken = workq_take(c->wq, fetch_job_run, j);
+                if (taken)
+                    fetch_job_run(j);
+                pthread_mutex_lock(&c->lock);
+                c->st.taken_over += taken;
+            }
             while (b->state == BLOCK_FETCHING)
                 pthread_cond_wait(block_cond(c, b), &c->lock);
         } else if (idx >= fetched_end) {
@@ -707,6 +733,7 @@ uint64_t cache_prefetch_split(struct cache *c, struct cache_obj *o, uint64_t off
         struct cblock *nb;
         while (made < n && (nb = block_insert_fetching(c, o, idx + made))) {
             nb->prefetched = 1;
+            nb->queued = j;
             made++;
         }
         if (made == 0) {
@@ -719,6 +746,7 @@ uint64_t cache_prefetch_split(struct cache *c, struct cache_obj *o, uint64_t off
             /* Shutting down: publish the claimed blocks as failed. */
             for (uint32_t i = 0; i < made; i++) {
                 struct cblock *b = block_find(c, o, idx + i);
+                b->queued = NULL;
                 b->state = BLOCK_FAILED;
                 b->err = -ESHUTDOWN;
                 block_unhash(c, b);

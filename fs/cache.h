@@ -44,6 +44,7 @@ struct cache_stats {
     uint64_t hits;                  /* blocks served from memory */
     uint64_t misses;                /* blocks a reader had to fetch itself */
     uint64_t shared;                /* blocks a reader waited for another's fetch of */
+    uint64_t taken_over;            /* queued background fetches a waiting reader ran itself */
     uint64_t prefetched;            /* blocks fetched in the background */
     uint64_t prefetch_skipped;      /* background blocks skipped: cache full of pinned data */
     uint64_t prefetched_bytes;      /* bytes of background fetches that succeeded */

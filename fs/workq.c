@@ -1,10 +1,12 @@
 /*
- * fs/workq.c - fixed-size thread pool with a FIFO job queue.
+ * fs/workq.c - fixed-size thread pool with a FIFO job queue; a caller may
+ * take back a queued job that no idle worker would reach, to run it itself.
  *
  * Lock order: wq->lock is a leaf lock; jobs run without it held.
  */
 #include "workq.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -20,6 +22,7 @@ struct workq {
     pthread_cond_t cond;     /* signalled on a new job or on shutdown */
     struct job *head, *tail; /* protected by lock */
     size_t pending;          /* protected by lock */
+    size_t idle;             /* workers waiting for a job; protected by lock */
     int stopping;            /* protected by lock */
     int nthreads;
     pthread_t threads[];
@@ -30,8 +33,12 @@ static void *worker_main(void *p)
     struct workq *wq = p;
     pthread_mutex_lock(&wq->lock);
     for (;;) {
-        while (!wq->head && !wq->stopping)
+        while (!wq->head && !wq->stopping) {
+            wq->idle++;
             pthread_cond_wait(&wq->cond, &wq->lock);
+            assert(wq->idle > 0);
+            wq->idle--;
+        }
         struct job *j = wq->head;
         if (!j)
             break; /* stopping and drained */
@@ -93,6 +100,34 @@ int workq_submit(struct workq *wq, workq_fn fn, void *arg)
     pthread_cond_signal(&wq->cond);
     pthread_mutex_unlock(&wq->lock);
     return 0;
+}
+
+int workq_take(struct workq *wq, workq_fn fn, void *arg)
+{
+    pthread_mutex_lock(&wq->lock);
+    struct job *prev = NULL, *j = wq->head;
+    size_t ahead = 0;
+    while (j && (j->fn != fn || j->arg != arg)) {
+        prev = j;
+        j = j->next;
+        ahead++;
+    }
+    if (j && ahead < wq->idle)
+        j = NULL; /* a free worker gets to it first */
+    if (j) {
+        if (prev)
+            prev->next = j->next;
+        else
+            wq->head = j->next;
+        if (wq->tail == j)
+            wq->tail = prev;
+        assert(wq->pending > 0);
+        wq->pending--;
+    }
+    pthread_mutex_unlock(&wq->lock);
+    int taken = j != NULL;
+    free(j);
+    return taken;
 }
 
 size_t workq_pending(struct workq *wq)

@@ -19,6 +19,11 @@ int workq_create(int nthreads, struct workq **out);
  * (the job is not run; the caller keeps ownership of arg). */
 int workq_submit(struct workq *wq, workq_fn fn, void *arg);
 
+/* Take fn(arg) back out of the queue if no worker has started it and no
+ * idle worker would reach it: 1 (the caller now owns arg and may run it
+ * itself), or 0 (it runs, or soon will, on a worker). */
+int workq_take(struct workq *wq, workq_fn fn, void *arg);
+
 /* Jobs queued and not yet started. */
 size_t workq_pending(struct workq *wq);
 

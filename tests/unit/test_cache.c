@@ -471,3 +471,51 @@ Test(cache, prefetch_split_uses_smaller_requests, .init = setup, .fini = teardow
     wait_prefetch_idle();
     cr_assert_eq(atomic_load(&max_len_seen), 256 * KiB);
 }
+
+static atomic_int gate_open, worker_free;
+
+/* A job that holds its worker until the gate opens (or 5 s pass). */
+static void hold_worker(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < 5000 && !atomic_load(&gate_open); i++)
+        usleep(1000);
+    atomic_store(&worker_free, 1);
+}
+
+Test(cache, a_reader_runs_the_queued_prefetch_it_waits_for, .timeout = 30)
+{
+    /* One worker, busy with another job: the prefetch of the block a
+     * reader needs sits in the queue. The reader runs it itself instead of
+     * waiting for the queue to reach it. */
+    store = mem_store_new();
+    unsigned char *data = malloc(OBJ_SIZE);
+    for (size_t i = 0; i < OBJ_SIZE; i++)
+        data[i] = byte_at(i);
+    cr_assert_eq(mem_store_set(store, "obj", data, OBJ_SIZE, etag), 0);
+    cr_assert_eq(workq_create(1, &wq), 0);
+    struct cache_config cfg = {
+        .capacity = 4096 * KiB, .block_size = 64 * KiB, .request_size = 256 * KiB};
+    cr_assert_eq(cache_create(mem_store_base(store), wq, &cfg, &cache), 0);
+    obj = cache_obj_get(cache, "obj", etag, OBJ_SIZE, NULL);
+    atomic_store(&gate_open, 0);
+    atomic_store(&worker_free, 0);
+    cr_assert_eq(workq_submit(wq, hold_worker, NULL), 0);
+    while (workq_pending(wq) > 0) /* the worker holds it */
+        usleep(1000);
+    cr_assert_eq(cache_prefetch(cache, obj, 0, 4 * 64 * KiB), 4 * 64 * KiB);
+    cr_assert_eq(workq_pending(wq), 1);
+    check_range(100, 1000);
+    cr_assert_not(atomic_load(&worker_free), "the reader waited for the worker");
+    cr_assert_eq(workq_pending(wq), 0, "the job stayed queued");
+    struct cache_stats st;
+    cache_get_stats(cache, &st);
+    cr_assert_eq(st.taken_over, 1);
+    cr_assert_eq(st.misses, 0, "the reader fetched again instead of running the job");
+    cr_assert_eq(requests(), 1);
+    check_range(3 * 64 * KiB, 64 * KiB); /* the rest of the job's run is there */
+    cr_assert_eq(requests(), 1);
+    atomic_store(&gate_open, 1);
+    free(data);
+    teardown();
+}
