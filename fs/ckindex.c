@@ -6,7 +6,10 @@
  * know of it: the .metadata fingerprint last noticed, whether its index is
  * being built, ready (with its id in the LMDB index) or failed. Protected by
  * ci->lock; builds and lookups run without it (LMDB has its own locking,
- * and a read transaction per lookup is cheap). A build reads .metadata
+ * and a read transaction per lookup is cheap). A build stores its index
+ * under ci->store_lock and only while its version is still the directory's
+ * current one, so an older build that ends last cannot replace (and so
+ * delete) the index of a newer one. A build reads .metadata
  * pinned to the ETag it fingerprints (ckpt_io_from_store_pinned): a
  * .metadata replaced meanwhile is indexed under its own fingerprint, never
  * under the old one.
@@ -44,6 +47,7 @@ struct ckindex {
     char *store_url;
     atomic_int stopping;
     pthread_mutex_t lock;
+    pthread_mutex_t store_lock;          /* one build stores and records at a time; before lock */
     struct ckdir *dirs[CKINDEX_BUCKETS]; /* protected by lock */
     struct ckindex_stats st;             /* protected by lock */
 };
@@ -115,6 +119,24 @@ static void finish_build(struct ckindex *ci, const char *dir, const char *fp, en
     pthread_mutex_unlock(&ci->lock);
 }
 
+/* Store c as dir's index under key if version fp is still the one noticed
+ * for dir, and record it ready: 0 and *id; -ECANCELED (nothing stored) when
+ * a newer version took over (its own build does the work); or idxdb's error. */
+static int store_if_current(struct ckindex *ci, const char *dir, const char *key, const char *fp,
+                            const struct ckpt *c, uint64_t *id, struct ckpt_err *e)
+{
+    pthread_mutex_lock(&ci->store_lock);
+    pthread_mutex_lock(&ci->lock);
+    struct ckdir *d = dir_find_locked(ci, dir, strlen(dir));
+    int current = d && strcmp(d->fingerprint, fp) == 0;
+    pthread_mutex_unlock(&ci->lock);
+    int rc = current ? idxdb_put(ci->db, key, fp, c, id, e) : -ECANCELED;
+    if (rc == 0)
+        finish_build(ci, dir, fp, DIR_READY, *id, 0); /* before another build may store */
+    pthread_mutex_unlock(&ci->store_lock);
+    return rc;
+}
+
 /* Reuse the stored index if its fingerprint matches: returns 1 and *id. */
 static int stored_index_matches(struct ckindex *ci, const char *key, const char *fp, uint64_t *id)
 {
@@ -164,7 +186,7 @@ static int build_pinned(struct ckindex *ci, const char *dir, const char *key, co
     /* A DCP checkpoint for sure (a .metadata was opened): no detection listing. */
     int rc = ckpt_load_file(&io, dir, ".metadata", &opt, &c, e);
     if (rc == 0)
-        rc = idxdb_put(ci->db, key, fp, c, id, e);
+        rc = store_if_current(ci, dir, key, fp, c, id, e);
     if (rc == 0)
         log_info("index: built %s (%u items in %u files)", key, c->nitems, c->nfiles);
     ckpt_free(c);
@@ -189,7 +211,7 @@ static int build_from_snapshot(struct ckindex *ci, const struct build_job *j, co
     struct ckpt *c = NULL;
     int rc = ckpt_load_file(&io, j->dir, ".metadata", &opt, &c, e);
     if (rc == 0)
-        rc = idxdb_put(ci->db, key, j->fingerprint, c, id, e);
+        rc = store_if_current(ci, j->dir, key, j->fingerprint, c, id, e);
     if (rc == 0)
         log_info("index: built %s as published (%u items in %u files)", key, c->nitems, c->nfiles);
     ckpt_free(c);
@@ -217,18 +239,16 @@ static void build_job_run(void *arg)
         int rc = -ENOENT;
         if (j->bytes && tries == 1) {
             rc = build_from_snapshot(ci, j, key, &id, &e);
-            if (rc != 0) {
+            if (rc != 0 && rc != -ECANCELED) {
                 log_info("index: %s as published: %s; reading the store", key,
                          e.msg[0] ? e.msg : ckpt_strerror(rc));
                 e = (struct ckpt_err){0};
             }
         }
-        if (rc != 0)
+        if (rc != 0 && rc != -ECANCELED)
             rc = build_pinned(ci, j->dir, key, j->etag, j->size, j->fingerprint, &id, &e);
-        if (rc == 0) {
-            finish_build(ci, j->dir, j->fingerprint, DIR_READY, id, 0);
+        if (rc == 0 || rc == -ECANCELED) /* stored and recorded, or superseded */
             break;
-        }
         struct store_stat st;
         char *mpath =
             rc == -ESTALE && tries < BUILD_TRIES ? ckpt_path_join(j->dir, ".metadata") : NULL;
@@ -475,6 +495,7 @@ int ckindex_open(const char *cache_dir, const char *store_url, struct store *sto
     ci->store = store;
     ci->wq = wq;
     pthread_mutex_init(&ci->lock, NULL);
+    pthread_mutex_init(&ci->store_lock, NULL);
     *out = ci;
     return 0;
 }
@@ -499,6 +520,7 @@ void ckindex_close(struct ckindex *ci)
     }
     idxdb_close(ci->db);
     pthread_mutex_destroy(&ci->lock);
+    pthread_mutex_destroy(&ci->store_lock);
     free(ci->store_url);
     free(ci);
 }

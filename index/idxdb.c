@@ -8,12 +8,17 @@
  * append, not 300,000 tree searches. Records are fixed little-endian
  * headers followed by variable-length strings; keys are big-endian so LMDB's
  * byte order is numeric order.
+ *
+ * Threads share one environment: every transaction holds map_lock shared,
+ * and the map grows (mdb_env_set_mapsize, which LMDB allows only while no
+ * transaction of the process is active) with it held exclusively.
  */
 #include "idxdb.h"
 
 #include <errno.h>
 #include <inttypes.h>
 #include <lmdb.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,7 +31,8 @@ struct idxdb {
     MDB_env *env;
     MDB_dbi meta, ckpt, ckid, file, fname, item, layout, tensor, fqn;
     unsigned flags;
-    size_t map_size, max_map_size;
+    size_t map_size, max_map_size; /* map_size: changed only with map_lock exclusive */
+    pthread_rwlock_t map_lock;     /* shared by every transaction; exclusive to resize */
 };
 
 struct idxdb_txn {
@@ -192,6 +198,48 @@ static int check_schema(struct idxdb *db, MDB_txn *txn, const char *dir, struct 
                         dir, have, IDXDB_SCHEMA_VERSION);
 }
 
+/* Resize the map to at least size bytes (0: adopt the size another process
+ * grew it to) with no transaction of this process active: 0 or LMDB's error. */
+static int resize_map(struct idxdb *db, size_t size)
+{
+    pthread_rwlock_wrlock(&db->map_lock);
+    int rc = 0;
+    if (size == 0 || size > db->map_size) { /* another thread may have grown it meanwhile */
+        MDB_envinfo info;
+        rc = mdb_env_set_mapsize(db->env, size);
+        if (rc == 0 && mdb_env_info(db->env, &info) == 0)
+            db->map_size = info.me_mapsize;
+    }
+    pthread_rwlock_unlock(&db->map_lock);
+    return rc;
+}
+
+/* Begin a transaction with map_lock held shared (txn_end releases it). */
+static int txn_begin(struct idxdb *db, unsigned flags, MDB_txn **txn)
+{
+    for (;;) {
+        pthread_rwlock_rdlock(&db->map_lock);
+        int rc = mdb_txn_begin(db->env, NULL, flags, txn);
+        if (rc == 0)
+            return 0;
+        pthread_rwlock_unlock(&db->map_lock);
+        if (rc != MDB_MAP_RESIZED || (rc = resize_map(db, 0)) != 0)
+            return rc;
+    }
+}
+
+/* Commit (or, with abort set, abort) txn and release map_lock: 0 or LMDB's error. */
+static int txn_end(struct idxdb *db, MDB_txn *txn, int abort)
+{
+    int rc = 0;
+    if (abort)
+        mdb_txn_abort(txn);
+    else
+        rc = mdb_txn_commit(txn);
+    pthread_rwlock_unlock(&db->map_lock);
+    return rc;
+}
+
 int idxdb_open(const char *dir, const struct idxdb_options *opt, struct idxdb **out,
                struct ckpt_err *err)
 {
@@ -210,10 +258,18 @@ int idxdb_open(const char *dir, const struct idxdb_options *opt, struct idxdb **
     if (!db)
         return ckpt_err_set(err, -ENOMEM, CKPT_NOPOS, "out of memory");
     db->flags = opt->flags;
+    pthread_rwlockattr_t ra;
+    pthread_rwlockattr_init(&ra);
+    /* A stream of lookups must not starve a build waiting to grow the map
+     * (no thread holds two transactions, so no recursive read locks). */
+    pthread_rwlockattr_setkind_np(&ra, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    pthread_rwlock_init(&db->map_lock, &ra);
+    pthread_rwlockattr_destroy(&ra);
     db->map_size = opt->map_size ? opt->map_size : ((size_t)1 << 30);
     db->max_map_size = opt->max_map_size ? opt->max_map_size : db->map_size;
     int rc = mdb_env_create(&db->env);
     if (rc) {
+        pthread_rwlock_destroy(&db->map_lock);
         free(db);
         return dberr(err, rc, "mdb_env_create");
     }
@@ -254,6 +310,7 @@ fail:
     if (txn)
         mdb_txn_abort(txn);
     mdb_env_close(db->env);
+    pthread_rwlock_destroy(&db->map_lock);
     free(db);
     return rc;
 }
@@ -263,6 +320,7 @@ void idxdb_close(struct idxdb *db)
     if (!db)
         return;
     mdb_env_close(db->env);
+    pthread_rwlock_destroy(&db->map_lock);
     free(db);
 }
 
@@ -603,28 +661,26 @@ int idxdb_put(struct idxdb *db, const char *key, const char *fingerprint, const 
     for (;;) {
         MDB_txn *txn;
         uint64_t newid = 0;
-        int rc = mdb_txn_begin(db->env, NULL, 0, &txn);
+        int rc = txn_begin(db, 0, &txn);
         if (rc)
             return dberr(err, rc, "begin");
+        size_t map = db->map_size; /* read with map_lock held */
         rc = write_ckpt(db, txn, key, fingerprint, c, &newid);
+        int ended = txn_end(db, txn, rc != 0);
+        if (rc == 0)
+            rc = ended;
         if (rc == 0) {
-            rc = mdb_txn_commit(txn);
-            if (rc == 0) {
-                if (id)
-                    *id = newid;
-                return 0;
-            }
-        } else {
-            mdb_txn_abort(txn);
+            if (id)
+                *id = newid;
+            return 0;
         }
-        if (rc != MDB_MAP_FULL || db->map_size >= db->max_map_size)
+        if (rc != MDB_MAP_FULL || map >= db->max_map_size)
             return dberr(err, rc, "writing the checkpoint");
-        size_t grow = db->map_size * 2;
+        size_t grow = map * 2;
         if (grow > db->max_map_size)
             grow = db->max_map_size;
-        if ((rc = mdb_env_set_mapsize(db->env, grow)))
+        if ((rc = resize_map(db, grow)))
             return dberr(err, rc, "growing the map");
-        db->map_size = grow;
     }
 }
 
@@ -632,7 +688,7 @@ int idxdb_drop(struct idxdb *db, const char *key, struct ckpt_err *err)
 {
     ckpt_err_clear(err);
     MDB_txn *txn;
-    int rc = mdb_txn_begin(db->env, NULL, 0, &txn);
+    int rc = txn_begin(db, 0, &txn);
     if (rc)
         return dberr(err, rc, "begin");
     MDB_val k = {strlen(key), (void *)key}, v;
@@ -650,10 +706,10 @@ int idxdb_drop(struct idxdb *db, const char *key, struct ckpt_err *err)
             rc = mdb_del(txn, db->ckpt, &k, NULL);
     }
     if (rc) {
-        mdb_txn_abort(txn);
+        txn_end(db, txn, 1);
         return rc == MDB_NOTFOUND ? CKPT_NOTFOUND : dberr(err, rc, "dropping");
     }
-    rc = mdb_txn_commit(txn);
+    rc = txn_end(db, txn, 0);
     return rc ? dberr(err, rc, "commit") : 0;
 }
 
@@ -666,7 +722,7 @@ int idxdb_begin(struct idxdb *db, struct idxdb_txn **out, struct ckpt_err *err)
     if (!t)
         return ckpt_err_set(err, -ENOMEM, CKPT_NOPOS, "out of memory");
     t->db = db;
-    int rc = mdb_txn_begin(db->env, NULL, MDB_RDONLY, &t->txn);
+    int rc = txn_begin(db, MDB_RDONLY, &t->txn);
     if (rc) {
         free(t);
         return dberr(err, rc, "begin read");
@@ -681,7 +737,7 @@ void idxdb_end(struct idxdb_txn *t)
         return;
     if (t->lay)
         mdb_cursor_close(t->lay);
-    mdb_txn_abort(t->txn);
+    txn_end(t->db, t->txn, 1);
     free(t);
 }
 

@@ -335,3 +335,43 @@ Test(ckindex, a_published_metadata_that_does_not_parse_is_read_from_the_store)
     cr_assert_eq(st.ready, 1, "the store's .metadata is good");
     cr_assert_gt(mem_store_calls(ms, MEM_OP_READ), reads);
 }
+
+/* Replace ck/.metadata with another version and notice it while the build
+ * of the first version lists the directory: the second build runs on the
+ * other worker and is ready before the first one goes on. */
+static int overtaken;
+static void replace_and_build_during_list(void *arg, const struct mem_call *call)
+{
+    (void)arg;
+    if (call->op != MEM_OP_LIST || overtaken)
+        return;
+    overtaken = 1;
+    size_t n;
+    void *b = slurp(CKPTFS_FIXTURES "/dcp-torch1.13/per_item/.metadata", &n);
+    cr_assert_eq(mem_store_set(ms, "ck/.metadata", b, n, NULL), 0);
+    free(b);
+    struct store_stat md2 = stat_of("ck/.metadata");
+    ckindex_notice(ci, "ck", &md2);
+    wait_settled(1);
+}
+
+Test(ckindex, an_older_build_ending_last_leaves_the_newer_index)
+{
+    /* The older build used to store its index last, replacing (and so
+     * deleting) the newer one that the mount had recorded as ready: loads
+     * of the current version then ran without guidance, for good. */
+    struct store_stat md = stat_of("ck/.metadata");
+    mem_store_set_hook(ms, replace_and_build_during_list, NULL);
+    ckindex_notice(ci, "ck", &md);
+    wait_settled(1);
+    close_index(); /* both builds have ended */
+    mem_store_set_hook(ms, NULL, NULL);
+    cr_assert_eq(overtaken, 1);
+    struct store_stat now = stat_of("ck/.metadata");
+    open_index();
+    ckindex_notice(ci, "ck", &now);
+    struct ckindex_stats st = wait_settled(1);
+    cr_assert_eq(st.reused, 1, "the index of the current .metadata was not the one stored");
+    struct ckindex_span sp[1];
+    cr_assert_gt(ckindex_items(ci, "ck/__0_0.distcp", 0, 0, sp, 1), 0);
+}

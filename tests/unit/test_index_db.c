@@ -6,6 +6,7 @@
  */
 #include <criterion/criterion.h>
 #include <lmdb.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -500,4 +501,73 @@ Test(idxdb, overlapping_items)
     idxdb_end(t);
     idxdb_close(db);
     ckpt_free(c);
+}
+
+static struct ckpt *large_fixture(void)
+{
+    char path[512];
+    snprintf(path, sizeof(path), "%s/dcp-stub/torch2.9+.p4.large.metadata", CKPTFS_FIXTURES);
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc((size_t)n);
+    cr_assert_eq(fread(b, 1, (size_t)n, f), (size_t)n);
+    fclose(f);
+    struct ckpt *c;
+    struct ckpt_err err;
+    cr_assert_eq(dcp_parse(b, (size_t)n, NULL, &c, &err), 0, "%s", err.msg);
+    free(b);
+    return c;
+}
+
+struct grower {
+    struct idxdb *db;
+    struct ckpt *c;
+    int rc;
+};
+
+static void *grow_by_a_build(void *arg)
+{
+    struct grower *g = arg;
+    struct ckpt_err err;
+    g->rc = idxdb_put(g->db, "s3://bucket/large", "", g->c, NULL, &err);
+    return NULL;
+}
+
+Test(idxdb, the_map_grows_only_between_lookups)
+{
+    /* The mount looks items up (a read transaction, a cursor) while another
+     * thread's build may grow the map; LMDB may remap only while no
+     * transaction of the process is open, so the build waits for the lookup
+     * instead of pulling the memory out from under its cursor. */
+    struct ckpt *c = synth(), *big = large_fixture();
+    struct idxdb_options o;
+    idxdb_options_default(&o);
+    o.map_size = 256 * 1024; /* the large build must grow it */
+    struct idxdb *db;
+    struct ckpt_err err;
+    cr_assert_eq(idxdb_open(envdir, &o, &db, &err), 0, "%s", err.msg);
+    uint64_t id, map_before, map_after, used;
+    cr_assert_eq(idxdb_put(db, "/ckpt/one", "", c, &id, &err), 0, "%s", err.msg);
+    cr_assert_eq(idxdb_stat(db, &used, &map_before), 0);
+    struct idxdb_txn *t;
+    cr_assert_eq(idxdb_begin(db, &t, &err), 0);
+    struct idxdb_span s;
+    cr_assert_eq(idxdb_item_at(t, id, 0, 0, &s), 0); /* a lookup's cursor is placed */
+    struct grower g = {db, big, -1};
+    pthread_t th;
+    cr_assert_eq(pthread_create(&th, NULL, grow_by_a_build, &g), 0);
+    usleep(300 * 1000); /* time enough for the build to reach its growth */
+    cr_assert_eq(idxdb_layout_next(t, &s), 0, "the lookup's cursor broke");
+    cr_assert_eq(s.offset, 100);
+    idxdb_end(t);
+    cr_assert_eq(pthread_join(th, NULL), 0);
+    cr_assert_eq(g.rc, 0, "the build failed");
+    cr_assert_eq(idxdb_stat(db, &used, &map_after), 0);
+    cr_assert_gt(map_after, map_before, "the map did not grow");
+    idxdb_close(db);
+    ckpt_free(c);
+    ckpt_free(big);
 }
