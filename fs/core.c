@@ -853,6 +853,10 @@ ssize_t core_read(struct core *core, struct core_file *f, void *buf, size_t len,
         readahead_advise(&f->ra, off, len, size, &ahead_off, &ahead_len);
         if (ahead_len)
             cache_prefetch(core->cache, f->obj, ahead_off, ahead_len);
+    } else {
+        /* the item rule has it: a window left from streaming a larger item
+         * must not make release_behind drop this item's fetched blocks */
+        f->ra.window = 0;
     }
     pthread_mutex_unlock(&f->ra_lock);
     if (entered != UINT64_MAX)
