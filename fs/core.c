@@ -1108,9 +1108,10 @@ int core_create(struct store *store, const struct core_config *cfg, struct core 
     core->cohort = cohort_create(2.0);
     int rc = core->meta && core->cohort ? workq_create(cfg->workers, &core->wq) : -ENOMEM;
     if (rc == 0) {
-        struct cache_config cc = {.capacity = cfg->cache_size,
-                                  .block_size = cfg->block_size,
-                                  .request_size = cfg->request_size};
+        /* A GET is a run of whole blocks: --request-size 1.3M means 1.25M. */
+        uint32_t bs = cfg->block_size, whole = bs ? cfg->request_size / bs * bs : 0;
+        struct cache_config cc = {
+            .capacity = cfg->cache_size, .block_size = bs, .request_size = whole > bs ? whole : bs};
         rc = cache_create(store, core->wq, &cc, &core->cache);
     }
     if (rc == 0 && cfg->cache_dir) {

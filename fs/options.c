@@ -14,7 +14,10 @@
 #include <errno.h>
 #include <fuse_opt.h>
 #include <getopt.h>
+#include <limits.h>
+#include <math.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -216,13 +219,14 @@ static void usage(FILE *out)
             CKPTFS_STATS_XATTR, CKPTFS_STATS_XATTR, CKPTFS_SYNC_XATTR);
 }
 
-/* "64K", "512M", "4G", "1048576" -> bytes; -1 if malformed. */
+/* "64K", "512M", "4G", "1048576" -> bytes; -1 if malformed or beyond
+ * 2^64 (also "inf", "nan"). */
 static double parse_size(const char *s)
 {
     char *end;
     errno = 0;
     double v = strtod(s, &end);
-    if (errno || end == s || v < 0)
+    if (errno || end == s || !isfinite(v) || v < 0)
         return -1;
     static const char units[] = "kmgt";
     const char *u = *end ? strchr(units, *end | 0x20) : NULL;
@@ -233,7 +237,7 @@ static double parse_size(const char *s)
     }
     if (*end == 'i' || *end == 'B')
         end += (*end == 'i' && end[1] == 'B') ? 2 : 1;
-    return *end ? -1 : v;
+    return *end || v >= 18446744073709551616.0 ? -1 : v;
 }
 
 static int parse_seconds(const char *s, double *out)
@@ -241,7 +245,7 @@ static int parse_seconds(const char *s, double *out)
     char *end;
     errno = 0;
     double v = strtod(s, &end);
-    if (errno || end == s || *end || v < 0)
+    if (errno || end == s || *end || !isfinite(v) || v < 0)
         return -1;
     *out = v;
     return 0;
@@ -274,7 +278,8 @@ static int apply(struct options *o, const struct opt *p, const char *v)
     case K_SIZE64:
     case K_SIZE32:
         d = parse_size(v);
-        if (d < 0 || d < p->min || (p->max > 0 && d > p->max)) {
+        if (d < 0 || d < p->min || (p->max > 0 && d > p->max) ||
+            (p->kind == K_SIZE32 && d > UINT32_MAX)) {
             describe_bounds(p, bounds, sizeof bounds, 1);
             fprintf(stderr, "ckptfs: bad --%s '%s'%s\n", p->name, v, bounds);
             return -1;
@@ -286,7 +291,8 @@ static int apply(struct options *o, const struct opt *p, const char *v)
         return 0;
     case K_SECONDS:
     case K_MS:
-        if (parse_seconds(v, &d) < 0 || (p->kind == K_MS && d <= 0) || (p->max > 0 && d > p->max)) {
+        if (parse_seconds(v, &d) < 0 || (p->max > 0 && d > p->max) ||
+            (p->kind == K_MS && (d < 0.001 || d * 1000 > INT_MAX))) {
             fprintf(stderr, "ckptfs: bad --%s '%s' (seconds)\n", p->name, v);
             return -1;
         }

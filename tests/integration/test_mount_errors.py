@@ -140,3 +140,20 @@ def test_server_unreachable_silent_listener(tmp_path):
         res = harness.run_cli([*_s3_args(f"http://127.0.0.1:{port}"), "s3://bucket"], str(tmp_path),
                               env=S3ENV, timeout=BOUND * harness.slow_factor() + 5)
     _check_fails(res, rf"connect|unreachable|endpoint|timed? ?out|timeout|{port}")
+
+
+@pytest.mark.parametrize("opt,value", [
+    ("--cache-size", "99999999999T"),  # beyond 2^64 bytes: used to wrap to a 0-byte cache
+    ("--cache-size", "inf"),
+    ("--cache-size", "nan"),
+    ("--request-size", "nan"),  # NaN passed the bounds check
+    ("--timeout", "3e6"),  # beyond INT_MAX ms: used to become a negative timeout
+    ("--timeout", "nan"),
+    ("--timeout", "0.0001"),  # rounds to 0 ms
+    ("--attr-timeout", "inf"),
+])
+def test_out_of_range_values_are_refused(tmp_path, opt, value):
+    d = tmp_path / "store"
+    d.mkdir()
+    res = harness.run_cli(["-f", opt, value, str(d)], str(tmp_path))
+    _check_fails(res, re.escape(f"bad {opt} '{value}'"))
