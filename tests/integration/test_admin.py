@@ -245,6 +245,13 @@ def test_inspect_ranks():
     assert "__3_0.distcp" in j["ranks"][1]["foreign"]
 
 
+def test_inspect_a_sparse_rank_number_does_not_blow_up():
+    # one file named __999999999_0.distcp: the per-rank view would be a
+    # billion ranks (it hung, growing without bound); it is left out instead
+    _, j = run_json("inspect", os.path.join(REPO, "tests", "data", "sparse-rank"))
+    assert j["world_size"] is None and j["nfiles"] == 4, j
+
+
 def test_verify_real_ok():
     for name in ("per_item", "per_rank"):
         _, j = run_json("verify", os.path.join(FIX, "dcp-torch1.13", name))
@@ -327,6 +334,19 @@ def test_index_rebuild(tmp_path):
     # progress goes to stderr
     p = run("index", "rebuild", store, "--cache-dir", cache, ok=(EX_CHECK,))
     assert "[1/3]" in p.stderr and "FAILED" in p.stderr
+    # a checkpoint still there that fails to load this time (a truncated
+    # .metadata, a transient error) is not a stale entry: it stays indexed
+    (store / "hf" / "model.safetensors.index.json").write_text("{")
+    code, rep = run_json("index", "rebuild", store, "--cache-dir", cache, ok=(EX_CHECK,))
+    assert rep["failed"] >= 2 and rep["removed"] == 0, rep
+    _, ls = run_json("index", "ls", "--cache-dir", cache)
+    assert root + "/hf" in [c["key"] for c in ls["checkpoints"]], ls
+    # offsets are decimal (or 0x...), never octal, and never wrap
+    _, a = run_json("index", "at", key, "__0_0.distcp", "010", "--cache-dir", cache)
+    assert a["at"] == 10, a
+    _, a = run_json("index", "at", key, "__0_0.distcp", "0x10", "--cache-dir", cache)
+    assert a["at"] == 16, a
+    run("index", "at", key, "__0_0.distcp", "9" * 23, "--cache-dir", cache, ok=(EX_USAGE,))
 
 
 def test_index_version_mismatch(tmp_path):

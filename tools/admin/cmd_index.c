@@ -200,6 +200,9 @@ static int index_rebuild(struct admin_opts *o)
             json_pack("{s:s,s:s}", "key", key ? key : "", "status", rc ? "failed" : "indexed");
         if (rc) {
             nfail++;
+            /* still there, just unreadable now: not a stale entry to forget */
+            if (key)
+                on_found(&keys, key, 0);
             json_object_set_new(entry, "error", json_string(e.msg[0] ? e.msg : ckpt_strerror(rc)));
             json_object_set_new(entry, "exit", json_integer(exit_for(rc)));
             if (!o->quiet)
@@ -417,8 +420,11 @@ static int index_at(struct admin_opts *o)
     if (ex)
         return ex;
     char *end;
-    unsigned long long off = strtoull(o->argv[3], &end, 0);
-    if (*end || o->argv[3][0] == '-') {
+    const char *arg = o->argv[3];
+    int hex = arg[0] == '0' && (arg[1] == 'x' || arg[1] == 'X'); /* decimal or 0x..., never octal */
+    errno = 0;
+    unsigned long long off = strtoull(arg, &end, hex ? 16 : 10);
+    if (*end || !*arg || arg[0] == '-' || errno == ERANGE) {
         fprintf(stderr, "ckptfs-admin: bad offset '%s'\n", o->argv[3]);
         return EX_USAGE;
     }

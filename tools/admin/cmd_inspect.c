@@ -37,6 +37,9 @@ static int read_by_all(const struct ckpt *c, uint32_t i)
     return it->kind == CKPT_ITEM_BYTES || is_whole(&c->tensors[it->tensor]);
 }
 
+/* Ranks 0..w-1 as the file names number them; 0 (no per-rank view) when a
+ * file has no rank or the numbering is far sparser than the files, so a
+ * crafted name (__999999999_0.distcp) cannot make the view huge. */
 static int world_size(const struct ckpt *c)
 {
     int w = 0;
@@ -46,7 +49,7 @@ static int world_size(const struct ckpt *c)
         if (c->files[f].rank + 1 > w)
             w = c->files[f].rank + 1;
     }
-    return w;
+    return (uint64_t)w > 4 * (uint64_t)c->nfiles + 64 ? 0 : w;
 }
 
 static uint64_t item_bytes(const struct ckpt *c, uint32_t f)
