@@ -473,6 +473,10 @@ int ckpt_find(const struct ckpt_io *io, const char *root, int max_depth, ckpt_fo
         rc = list_dir(io, fr.dir, &l);
         if (rc) {
             free(fr.dir);
+            if (fr.depth > 0 && (rc == -EACCES || rc == -EPERM || rc == -ENOENT)) {
+                rc = 0; /* a private or vanished subdirectory holds nothing for us */
+                continue;
+            }
             break;
         }
         int fmt = 0;

@@ -71,7 +71,9 @@ int ckpt_detect(const struct ckpt_io *io, const char *dir);
 /* Walk the tree under root (depth-first, names sorted, at most max_depth
  * levels below root) and call fn for every checkpoint directory found
  * (checkpoints may nest, e.g. a model repo with sub-models). fn returns
- * non-zero to stop. Returns 0, the first listing error, or fn's value. */
+ * non-zero to stop. A subdirectory that cannot be listed for want of
+ * permission, or that vanished meanwhile, is skipped. Returns 0, the first
+ * other listing error (or the root's), or fn's value. */
 typedef int (*ckpt_found_fn)(void *arg, const char *dir, int format);
 int ckpt_find(const struct ckpt_io *io, const char *root, int max_depth, ckpt_found_fn fn,
               void *arg);

@@ -302,3 +302,46 @@ Test(malformed, fuzz_regressions)
     closedir(d);
     cr_assert(n >= 2);
 }
+
+/* l_list, but the subdirectory "private" cannot be listed (EACCES). */
+static int private_list(void *ctx, const char *dir, ckpt_io_list_fn fn, void *arg)
+{
+    return strcmp(dir, "private") == 0 ? -EACCES : l_list(ctx, dir, fn, arg);
+}
+
+static int count_found(void *arg, const char *dir, int format)
+{
+    (void)dir;
+    (void)format;
+    ++*(int *)arg;
+    return 0;
+}
+
+Test(malformed, a_walk_skips_a_subdirectory_it_may_not_list)
+{
+    /* index rebuild over a tree with one private directory (lost+found, a
+     * colleague's 0700 run) used to stop there and index nothing */
+    char root[] = "/tmp/ckptfs-walk-XXXXXX", p[256];
+    cr_assert_not_null(mkdtemp(root));
+    snprintf(p, sizeof p, "%s/private", root);
+    cr_assert_eq(mkdir(p, 0700), 0);
+    snprintf(p, sizeof p, "%s/zz", root);
+    cr_assert_eq(mkdir(p, 0700), 0);
+    snprintf(p, sizeof p, "%s/zz/.metadata", root);
+    int fd = open(p, O_CREAT | O_WRONLY, 0600);
+    cr_assert(fd >= 0);
+    close(fd);
+    struct ckpt_io io = {root, l_stat, l_read, private_list, NULL};
+    int found = 0;
+    cr_assert_eq(ckpt_find(&io, "", 4, count_found, &found), 0);
+    cr_assert_eq(found, 1, "the checkpoint after the private directory was not found");
+    io.list = private_list;
+    cr_assert_eq(ckpt_find(&io, "private", 4, count_found, &found), -EACCES,
+                 "an unreadable root is an error");
+    unlink(p);
+    snprintf(p, sizeof p, "%s/zz", root);
+    rmdir(p);
+    snprintf(p, sizeof p, "%s/private", root);
+    rmdir(p);
+    rmdir(root);
+}
