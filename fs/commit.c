@@ -60,6 +60,14 @@ void commit_reset(struct wfile *wf)
     wf->commit_epoch++;
 }
 
+void commit_retry(struct wfile *wf)
+{
+    if (wf->commit != COMMIT_BLOCKED)
+        return;
+    commit_reset(wf);
+    wf->error = 0;
+}
+
 /* Files of this mount at or below dir (other than commit files and
  * temporaries held for a rename) that are not yet complete on the store
  * (lock held). Below too: a .metadata may name a shard in a subdirectory,

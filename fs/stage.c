@@ -344,12 +344,13 @@ static struct jsnap *snapshot(struct stage *st, struct wfile *wf)
                                   .nparts = n,
                                   .parts = s->parts};
     wf->journaled = 1;
-    wf->sealed_in_journal = (flags & JOURNAL_SEALED) != 0;
+    if (flags & JOURNAL_SEALED) /* cleared only once a record saying otherwise is written */
+        wf->sealed_in_journal = 1;
     wf->journaled_at = mono_seconds();
     return s;
 }
 
-void wfile_journal(struct stage *st, struct wfile *wf)
+int wfile_journal(struct stage *st, struct wfile *wf)
 {
     assert(wf->refs > 0);
     struct jsnap *s = snapshot(st, wf);
@@ -358,6 +359,12 @@ void wfile_journal(struct stage *st, struct wfile *wf)
     if (rc < 0)
         log_error("stage: cannot journal %s: %s (a crash now could lose track of it)",
                   s ? s->path : "a staged file", strerror(-rc));
+    pthread_mutex_lock(&st->lock);
+    /* The record stops saying "sealed" when it is on disk, not before: a
+     * second writer meanwhile still sees the flag and waits for its own
+     * record, instead of changing bytes the journal calls sealed. */
+    if (rc == 0 && !(s->rec.flags & JOURNAL_SEALED) && wf->jseq == s->rec.seq)
+        wf->sealed_in_journal = 0;
     if (s) {
         free(s->path);
         free(s->upload_key);
@@ -365,7 +372,7 @@ void wfile_journal(struct stage *st, struct wfile *wf)
         free(s->parts);
         free(s);
     }
-    pthread_mutex_lock(&st->lock);
+    return rc;
 }
 
 /* ---- seals ------------------------------------------------------------- */
@@ -396,6 +403,7 @@ static int wait_published(struct stage *st, struct wfile *wf, uint64_t v, const 
     unsigned attempts = wf->attempts;
     double start = mono_seconds(), logged = start;
     wf->retry_at = 0; /* someone waits: retry a failed upload now */
+    commit_retry(wf); /* ... and a commit that timed out */
     upload_kick(st, wf);
     stage_waiter_enter(st);
     int rc = 0;
@@ -830,13 +838,17 @@ int stage_fsync(struct stage *st, struct wfile *wf)
             rc = -errno;
         pthread_mutex_lock(&st->lock);
         if (rc == 0 && v > wf->durable_version) {
+            uint64_t was = wf->durable_version;
             wf->durable_version = v;
             if (wf->held)
                 wf->fsynced_held = 1;
-            wfile_journal(st, wf);
+            rc = wfile_journal(st, wf); /* durable only once its record says so */
             pthread_mutex_unlock(&st->lock);
-            rc = journal_sync(st->journal);
+            if (rc == 0)
+                rc = journal_sync(st->journal);
             pthread_mutex_lock(&st->lock);
+            if (rc < 0 && wf->durable_version == v)
+                wf->durable_version = was; /* the next fsync records it again */
         }
         if (rc == 0 && wf->error && !wfile_clean(wf))
             rc = -EIO; /* durable here, but the store refused it so far */

@@ -60,6 +60,7 @@ int stage_sync(struct stage *st, const char *dir)
         wf->retry_at = 0;
         if (wf->version != wf->seal_version)
             seal(st, wf);
+        commit_retry(wf); /* "retried on the next sync" */
         upload_kick(st, wf);
     }
     stage_waiter_enter(st);

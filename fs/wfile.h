@@ -178,8 +178,9 @@ int wfile_clean(const struct wfile *wf);
 void seal(struct stage *st, struct wfile *wf);
 
 /* Write the journal record of wf (lock held: snapshots under the lock,
- * writes after unlocking, then relocks; the caller holds a reference). */
-void wfile_journal(struct stage *st, struct wfile *wf);
+ * writes after unlocking, then relocks; the caller holds a reference):
+ * 0, or the journal's negative errno (logged). */
+int wfile_journal(struct stage *st, struct wfile *wf);
 
 /* Make sure parts[] has room for part `count` (lock held). 0 or -ENOMEM. */
 int wfile_parts_reserve(struct wfile *wf, uint32_t count);
@@ -242,6 +243,10 @@ double commit_check_all(struct stage *st);
 
 /* Forget what a previous check of wf found (its content changed). */
 void commit_reset(struct wfile *wf);
+
+/* A commit file that waited --commit-timeout in vain waits again from now
+ * (a sync, an fsync or a close asks for it; lock held). */
+void commit_retry(struct wfile *wf);
 
 /* A file at path reached the store: commit files in its directory are
  * checked again at once (lock held). */

@@ -1,0 +1,210 @@
+/* tests/unit/test_stage_journal.c - what the journal and the commit rule
+ * promise across a crash and a timeout (semantics.md §6, §7): a file is
+ * never published with bytes written after the seal its record names, and a
+ * .metadata that timed out waiting for its shards is tried again by a sync. */
+#include "stage_fixture.h"
+#include "wfile.h"
+
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <lmdb.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+TestSuite(stage_journal, .init = stage_setup, .fini = stage_teardown, .timeout = 60);
+
+#define CKPT CKPTFS_FIXTURES "/dcp-torch1.13/per_item"
+
+static int stored(const char *path)
+{
+    size_t len;
+    void *b = mem_store_get(mem, path, &len);
+    free(b);
+    return b != NULL;
+}
+
+/* semantics.md §6: "On timeout the .metadata stays staged ... the next seal or
+ * sync tries again." Once the shards are there, a sync must publish it. */
+Test(stage_journal, a_timed_out_metadata_is_retried_by_the_next_sync)
+{
+    stage_close(st);
+    cfg.commit_timeout = 0.3;
+    cfg.fsync_remote = 0; /* close does not wait */
+    open_stage();
+    char path[1024];
+    snprintf(path, sizeof path, "%s/.metadata", CKPT);
+    size_t n;
+    char *b = slurp(path, &n);
+    write_whole("ck/.metadata", (unsigned char *)b, n, 4096);
+    free(b);
+    cr_assert_eq(stage_sync(st, ""), -EIO, "no shards: the commit times out");
+    cr_assert_not(stored("ck/.metadata"));
+    /* Now the shards arrive (another node, or a retried save). */
+    DIR *d = opendir(CKPT);
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (!strstr(e->d_name, ".distcp"))
+            continue;
+        char key[512], p[1024];
+        snprintf(key, sizeof key, "ck/%s", e->d_name);
+        snprintf(p, sizeof p, "%s/%s", CKPT, e->d_name);
+        size_t m;
+        char *s = slurp(p, &m);
+        mem_store_set(mem, key, s, m, NULL);
+        free(s);
+    }
+    closedir(d);
+    int rc = -1;
+    for (int i = 0; i < 5 && rc != 0; i++) {
+        rc = stage_sync(st, "");
+        usleep(100000);
+    }
+    cr_assert_eq(rc, 0, "sync after the shards arrived: %d", rc);
+    cr_assert(stored("ck/.metadata"), "the blocked .metadata was never retried");
+}
+
+/* ---- a write after a seal vs the journal record that says "sealed" ---- */
+
+static void copy_file(const char *from, const char *to)
+{
+    size_t n;
+    char *b = slurp(from, &n);
+    cr_assert_not_null(b, "%s", from);
+    int fd = open(to, O_CREAT | O_TRUNC | O_WRONLY, 0600);
+    cr_assert(fd >= 0);
+    cr_assert_eq(write(fd, b, n), (ssize_t)n);
+    close(fd);
+    free(b);
+}
+
+struct wr {
+    struct wfile *wf;
+    const unsigned char *buf;
+    size_t len;
+    uint64_t off;
+    volatile int done;
+};
+
+static void *writer_thread(void *arg)
+{
+    struct wr *w = arg;
+    stage_write(st, w->wf, w->buf, w->len, w->off);
+    w->done = 1;
+    return NULL;
+}
+
+/* A write after a seal makes the record stop saying sealed before the bytes
+ * change. A second writer of the same file used not to wait for the first
+ * one's record: its bytes changed while the journal still said sealed, and a
+ * kill -9 then published a mix nobody sealed. The journal
+ * writer is held up by another process holding LMDB's write lock (standing in
+ * for a slow fdatasync); the "crash" is a copy of the cache directory. */
+Test(stage_journal, a_second_writer_waits_for_the_record_that_unseals)
+{
+    stage_close(st);
+    cfg.fsync_remote = 0;
+    open_stage();
+    mem_store_fail(mem, MEM_OP_ALL, -EIO, -1); /* nothing reaches the store here */
+    unsigned char *orig = pattern(1000, 7);
+    struct wfile *wf;
+    cr_assert_eq(stage_create(st, "f", &wf), 0);
+    stage_writer_open(st, wf);
+    cr_assert_eq(stage_write(st, wf, orig, 1000, 0), 1000);
+    stage_fsync(st, wf); /* sealed and durable in the journal (upload fails: fine) */
+
+    char jdir[1024];
+    snprintf(jdir, sizeof jdir, "%s/journal", dir);
+    int up[2], down[2];
+    cr_assert_eq(pipe(up), 0);
+    cr_assert_eq(pipe(down), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        alarm(20); /* never outlive the test */
+        MDB_env *env;
+        MDB_txn *txn;
+        char c = 'x';
+        if (mdb_env_create(&env) || mdb_env_set_maxdbs(env, 4) ||
+            mdb_env_set_mapsize(env, 256ull << 20) ||
+            mdb_env_open(env, jdir, MDB_NOTLS | MDB_NOMETASYNC, 0600) ||
+            mdb_txn_begin(env, NULL, 0, &txn))
+            c = 'e';
+        if (write(up[1], &c, 1) != 1)
+            _exit(1);
+        if (read(down[0], &c, 1) < 0)
+            _exit(1);
+        if (c != 'e')
+            mdb_txn_abort(txn);
+        mdb_env_close(env);
+        _exit(0);
+    }
+    char c;
+    cr_assert_eq(read(up[0], &c, 1), 1);
+    cr_assert_eq(c, 'x', "the helper could not take LMDB's write lock");
+
+    unsigned char a[100], b[100];
+    memset(a, 'A', sizeof a);
+    memset(b, 'B', sizeof b);
+    struct wr w = {wf, a, sizeof a, 0, 0};
+    pthread_t t;
+    pthread_create(&t, NULL, writer_thread, &w);
+    usleep(200000); /* writer A is in its journal put, waiting for LMDB */
+    cr_assert_not(w.done);
+    /* writer B: is it held up until a record saying "not sealed" is written? */
+    struct wr w2 = {wf, b, sizeof b, 500, 0};
+    pthread_t t2;
+    pthread_create(&t2, NULL, writer_thread, &w2);
+    usleep(300000);
+    cr_assert_not(w.done, "A's journal write was not held up");
+
+    /* kill -9 now: what the next mount finds */
+    char dir2[] = "/tmp/ckptfs-journal-crash-XXXXXX", p1[1024], p2[1024];
+    cr_assert_not_null(mkdtemp(dir2));
+    snprintf(p2, sizeof p2, "%s/files", dir2);
+    mkdir(p2, 0700);
+    snprintf(p2, sizeof p2, "%s/journal", dir2);
+    mkdir(p2, 0700);
+    snprintf(p1, sizeof p1, "%s/journal/data.mdb", dir);
+    snprintf(p2, sizeof p2, "%s/journal/data.mdb", dir2);
+    copy_file(p1, p2);
+    char name[32];
+    staging_name(wf->id, name);
+    snprintf(p1, sizeof p1, "%s/files/%s", dir, name);
+    snprintf(p2, sizeof p2, "%s/files/%s", dir2, name);
+    copy_file(p1, p2);
+
+    cr_assert_eq(write(down[1], "x", 1), 1);
+    waitpid(pid, NULL, 0);
+    pthread_join(t, NULL);
+    pthread_join(t2, NULL);
+
+    struct mem_store *mem2 = mem_store_new();
+    mem_store_set_min_part(mem2, 0);
+    struct stage_config cfg2 = cfg;
+    cfg2.dir = dir2;
+    struct stage *st2;
+    char err[256];
+    cr_assert_eq(stage_open(mem_store_base(mem2), "mem://test", &cfg2, &st2, err, sizeof err), 0,
+                 "%s", err);
+    stage_sync(st2, "");
+    size_t len = 0;
+    unsigned char *got = mem_store_get(mem2, "f", &len);
+    stage_close(st2);
+    int torn = got && len == 1000 && memcmp(got, orig, 500) == 0 && got[500] == 'B';
+    free(got);
+    mem_store_free(mem2);
+    rm_tree(dir2);
+    mem_store_fail(mem, MEM_OP_ALL, 0, 0);
+    stage_writer_close(st, wf);
+    stage_put(st, wf);
+    free(orig);
+    cr_assert_not(torn, "the next mount published the sealed bytes with writer B's unsealed "
+                        "write in them");
+}
