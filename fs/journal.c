@@ -18,6 +18,7 @@
 #include <errno.h>
 #include <lmdb.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -175,6 +176,7 @@ struct journal {
     int stopping;            /* protected by lock */
     pthread_t writer;
     uint64_t next_id, id_limit; /* ids handed out, and the bound persisted (lock) */
+    atomic_uint_fast64_t syncs; /* journal_sync calls */
 };
 
 #define ID_BLOCK 4096 /* ids reserved per persisted bump of next_id */
@@ -386,7 +388,13 @@ int journal_del(struct journal *j, uint64_t id)
 int journal_sync(struct journal *j)
 {
     struct jop op = {.kind = OP_SYNC};
+    atomic_fetch_add(&j->syncs, 1);
     return submit(j, &op);
+}
+
+uint64_t journal_sync_count(struct journal *j)
+{
+    return atomic_load(&j->syncs);
 }
 
 int journal_new_id(struct journal *j, uint64_t *id)

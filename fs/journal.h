@@ -68,6 +68,9 @@ int journal_del(struct journal *j, uint64_t id);
 /* Force every committed record to disk. 0 or a negative errno. */
 int journal_sync(struct journal *j);
 
+/* journal_sync calls so far (for tests and statistics). */
+uint64_t journal_sync_count(struct journal *j);
+
 /* A staging file id never handed out before by this journal. */
 int journal_new_id(struct journal *j, uint64_t *id);
 

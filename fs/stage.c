@@ -661,6 +661,20 @@ static uint64_t max_file_size(const struct stage *st)
     return store && store < parts ? store : parts;
 }
 
+/* Write the record saying wf is no longer sealed, before its bytes change
+ * (lock held; unlocks). One that replaces a durable record is synced too:
+ * the journal's commits may be undone by a power loss (MDB_NOMETASYNC),
+ * while the new bytes might reach the disk and be taken for the sealed ones. */
+static void unseal_record(struct stage *st, struct wfile *wf)
+{
+    int was_durable = wf->durable_version == wf->seal_version;
+    if (wfile_journal(st, wf) == 0 && was_durable) {
+        pthread_mutex_unlock(&st->lock);
+        journal_sync(st->journal);
+        pthread_mutex_lock(&st->lock);
+    }
+}
+
 int stage_write_begin(struct stage *st, struct wfile *wf, uint64_t off, size_t len)
 {
     if (len == 0)
@@ -693,7 +707,7 @@ int stage_write_begin(struct stage *st, struct wfile *wf, uint64_t off, size_t l
     }
     wf->version++;
     if (wf->sealed_in_journal) /* the record must stop saying "sealed" before bytes change */
-        wfile_journal(st, wf);
+        unseal_record(st, wf);
     pthread_mutex_unlock(&st->lock);
     return wf->fd;
 }
@@ -781,7 +795,7 @@ int stage_truncate(struct stage *st, struct wfile *wf, uint64_t size)
         wf->version++;
         wf->mtime = wall_seconds();
         if (wf->sealed_in_journal)
-            wfile_journal(st, wf);
+            unseal_record(st, wf);
         if (wf->writers == 0) /* truncate(2) without an open file is complete in itself */
             seal(st, wf);
         upload_kick(st, wf);

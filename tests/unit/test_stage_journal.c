@@ -208,3 +208,31 @@ Test(stage_journal, a_second_writer_waits_for_the_record_that_unseals)
     cr_assert_not(torn, "the next mount published the sealed bytes with writer B's unsealed "
                         "write in them");
 }
+
+Test(stage_journal, rewriting_a_durably_sealed_file_syncs_the_record_that_unseals_it)
+{
+    /* The journal's commits may be undone by a power loss (MDB_NOMETASYNC);
+     * the rewritten bytes may reach the disk anyway (early writeback). The
+     * record that says "no longer sealed" is forced to disk before they
+     * change, or recovery would publish them as the durable version. */
+    stage_close(st);
+    cfg.fsync_remote = 0;
+    open_stage();
+    mem_store_fail(mem, MEM_OP_ALL, -EIO, -1); /* it stays staged */
+    unsigned char *d = pattern(1000, 9);
+    struct wfile *wf;
+    cr_assert_eq(stage_create(st, "g", &wf), 0);
+    stage_writer_open(st, wf);
+    cr_assert_eq(stage_write(st, wf, d, 1000, 0), 1000);
+    stage_fsync(st, wf); /* sealed and durable */
+    uint64_t syncs = journal_sync_count(st->journal);
+    cr_assert_eq(stage_write(st, wf, "x", 1, 10), 1);
+    cr_assert_eq(journal_sync_count(st->journal), syncs + 1,
+                 "the unsealing record was not forced to disk before the bytes changed");
+    cr_assert_eq(stage_write(st, wf, "y", 1, 11), 1);
+    cr_assert_eq(journal_sync_count(st->journal), syncs + 1, "only the first write unseals");
+    mem_store_fail(mem, MEM_OP_ALL, 0, 0);
+    stage_writer_close(st, wf);
+    stage_put(st, wf);
+    free(d);
+}
