@@ -176,7 +176,8 @@ static void move_to_recovered(struct stage *st, const struct journal_rec *r, con
     free(dir);
 }
 
-/* Stage a sealed record again and queue its upload (lock not held). */
+/* Stage a sealed record again (lock not held); its upload starts once the
+ * whole journal is walked (kick_restaged). */
 static int restage(struct stage *st, const struct journal_rec *r, int fd)
 {
     struct wfile *wf = calloc(1, sizeof *wf);
@@ -240,7 +241,6 @@ static int restage(struct stage *st, const struct journal_rec *r, int fd)
     st->files = wf;
     st->staged_bytes += wf->size;
     st->stats.recovered_files++;
-    upload_kick(st, wf);
     wfile_unref(st, wf);
     pthread_mutex_unlock(&st->lock);
     return 0;
@@ -406,6 +406,17 @@ static void keep_orphans(struct stage *st, struct recover_ctx *c)
  * during the first one, held by a proxy or a load balancer. */
 #define SWEEP_AGAIN_AFTER 2.0
 
+/* Start the uploads of the restaged files, once every record's stray
+ * uploads are swept: a later record naming the same key (a file renamed away
+ * from it, a discarded one) would abort an upload begun before its sweep. */
+static void kick_restaged(struct stage *st)
+{
+    pthread_mutex_lock(&st->lock);
+    for (struct wfile *wf = st->files; wf; wf = wf->next)
+        upload_kick(st, wf);
+    pthread_mutex_unlock(&st->lock);
+}
+
 void recover_journal(struct stage *st)
 {
     struct recover_ctx c = {.st = st};
@@ -414,6 +425,7 @@ void recover_journal(struct stage *st)
         log_error("recover: cannot read the journal: %s", strerror(-rc));
     else
         keep_orphans(st, &c);
+    kick_restaged(st);
     free(c.ids);
     if (st->nsweep_keys)
         st->sweep_at = mono_seconds() + SWEEP_AGAIN_AFTER;
