@@ -662,17 +662,21 @@ static uint64_t max_file_size(const struct stage *st)
 }
 
 /* Write the record saying wf is no longer sealed, before its bytes change
- * (lock held; unlocks). One that replaces a durable record is synced too:
+ * (lock held; unlocks): 0, or the journal's error, and then the bytes must
+ * not change (a crash would publish them). One replacing a durable record is
+ * synced too:
  * the journal's commits may be undone by a power loss (MDB_NOMETASYNC),
  * while the new bytes might reach the disk and be taken for the sealed ones. */
-static void unseal_record(struct stage *st, struct wfile *wf)
+static int unseal_record(struct stage *st, struct wfile *wf)
 {
     int was_durable = wf->durable_version == wf->seal_version;
-    if (wfile_journal(st, wf) == 0 && was_durable) {
+    int rc = wfile_journal(st, wf);
+    if (rc == 0 && was_durable) {
         pthread_mutex_unlock(&st->lock);
-        journal_sync(st->journal);
+        rc = journal_sync(st->journal);
         pthread_mutex_lock(&st->lock);
     }
+    return rc;
 }
 
 int stage_write_begin(struct stage *st, struct wfile *wf, uint64_t off, size_t len)
@@ -701,14 +705,23 @@ int stage_write_begin(struct stage *st, struct wfile *wf, uint64_t off, size_t l
     }
     for (uint32_t p = p0; p <= p1; p++)
         wf->parts[p - 1].busy++;
+    uint64_t was = wf->size;
     if (end > wf->size) {
         st->staged_bytes += end - wf->size;
         wf->size = end;
     }
     wf->version++;
-    if (wf->sealed_in_journal) /* the record must stop saying "sealed" before bytes change */
-        unseal_record(st, wf);
+    /* the record must stop saying "sealed" before bytes change */
+    rc = wf->sealed_in_journal ? unseal_record(st, wf) : 0;
+    if (rc < 0 && wf->size == end && end > was) { /* the write does not happen */
+        st->staged_bytes -= end - was;
+        wf->size = was;
+    }
     pthread_mutex_unlock(&st->lock);
+    if (rc < 0) {
+        stage_write_end(st, wf, off, len, 0); /* give back the parts it held */
+        return -EIO;
+    }
     return wf->fd;
 }
 
@@ -771,6 +784,13 @@ int stage_truncate(struct stage *st, struct wfile *wf, uint64_t size)
     if (size > max_file_size(st))
         return -EFBIG;
     pthread_mutex_lock(&st->lock);
+    if (wf->sealed_in_journal) { /* the record stops saying "sealed" before the file changes */
+        wf->version++;
+        if (unseal_record(st, wf) < 0) {
+            pthread_mutex_unlock(&st->lock);
+            return -EIO;
+        }
+    }
     uint64_t old = wf->size, low = old < size ? old : size, base = st->cfg.part_size;
     int rc = size > old ? wait_for_room(st, size - old) : 0;
     uint32_t first = parts_at(base, low), last = parts_count(base, size > old ? size : old);

@@ -101,25 +101,11 @@ static void *writer_thread(void *arg)
     return NULL;
 }
 
-/* A write after a seal makes the record stop saying sealed before the bytes
- * change. A second writer of the same file used not to wait for the first
- * one's record: its bytes changed while the journal still said sealed, and a
- * kill -9 then published a mix nobody sealed. The journal
- * writer is held up by another process holding LMDB's write lock (standing in
- * for a slow fdatasync); the "crash" is a copy of the cache directory. */
-Test(stage_journal, a_second_writer_waits_for_the_record_that_unseals)
+/* Hold the journal's writes: a child process opens the stage's LMDB
+ * environment and keeps a write transaction open (standing in for a slow
+ * commit) until let_journal_write(). Returns its pid; *release is its pipe. */
+static pid_t hold_journal_writes(int *release)
 {
-    stage_close(st);
-    cfg.fsync_remote = 0;
-    open_stage();
-    mem_store_fail(mem, MEM_OP_ALL, -EIO, -1); /* nothing reaches the store here */
-    unsigned char *orig = pattern(1000, 7);
-    struct wfile *wf;
-    cr_assert_eq(stage_create(st, "f", &wf), 0);
-    stage_writer_open(st, wf);
-    cr_assert_eq(stage_write(st, wf, orig, 1000, 0), 1000);
-    stage_fsync(st, wf); /* sealed and durable in the journal (upload fails: fine) */
-
     char jdir[1024];
     snprintf(jdir, sizeof jdir, "%s/journal", dir);
     int up[2], down[2];
@@ -148,6 +134,41 @@ Test(stage_journal, a_second_writer_waits_for_the_record_that_unseals)
     char c;
     cr_assert_eq(read(up[0], &c, 1), 1);
     cr_assert_eq(c, 'x', "the helper could not take LMDB's write lock");
+    close(up[0]);
+    close(up[1]);
+    close(down[0]);
+    *release = down[1];
+    return pid;
+}
+
+static void let_journal_write(pid_t pid, int release)
+{
+    cr_assert_eq(write(release, "x", 1), 1);
+    close(release);
+    waitpid(pid, NULL, 0);
+}
+
+/* A write after a seal makes the record stop saying sealed before the bytes
+ * change. A second writer of the same file used not to wait for the first
+ * one's record: its bytes changed while the journal still said sealed, and a
+ * kill -9 then published a mix nobody sealed. The journal
+ * writer is held up by another process holding LMDB's write lock (standing in
+ * for a slow fdatasync); the "crash" is a copy of the cache directory. */
+Test(stage_journal, a_second_writer_waits_for_the_record_that_unseals)
+{
+    stage_close(st);
+    cfg.fsync_remote = 0;
+    open_stage();
+    mem_store_fail(mem, MEM_OP_ALL, -EIO, -1); /* nothing reaches the store here */
+    unsigned char *orig = pattern(1000, 7);
+    struct wfile *wf;
+    cr_assert_eq(stage_create(st, "f", &wf), 0);
+    stage_writer_open(st, wf);
+    cr_assert_eq(stage_write(st, wf, orig, 1000, 0), 1000);
+    stage_fsync(st, wf); /* sealed and durable in the journal (upload fails: fine) */
+
+    int release;
+    pid_t pid = hold_journal_writes(&release);
 
     unsigned char a[100], b[100];
     memset(a, 'A', sizeof a);
@@ -180,8 +201,7 @@ Test(stage_journal, a_second_writer_waits_for_the_record_that_unseals)
     snprintf(p2, sizeof p2, "%s/files/%s", dir2, name);
     copy_file(p1, p2);
 
-    cr_assert_eq(write(down[1], "x", 1), 1);
-    waitpid(pid, NULL, 0);
+    let_journal_write(pid, release);
     pthread_join(t, NULL);
     pthread_join(t2, NULL);
 
@@ -231,6 +251,59 @@ Test(stage_journal, rewriting_a_durably_sealed_file_syncs_the_record_that_unseal
                  "the unsealing record was not forced to disk before the bytes changed");
     cr_assert_eq(stage_write(st, wf, "y", 1, 11), 1);
     cr_assert_eq(journal_sync_count(st->journal), syncs + 1, "only the first write unseals");
+    mem_store_fail(mem, MEM_OP_ALL, 0, 0);
+    stage_writer_close(st, wf);
+    stage_put(st, wf);
+    free(d);
+}
+
+struct trunc {
+    struct wfile *wf;
+    uint64_t size;
+    volatile int done;
+};
+
+static void *truncate_thread(void *arg)
+{
+    struct trunc *t = arg;
+    stage_truncate(st, t->wf, t->size);
+    t->done = 1;
+    return NULL;
+}
+
+Test(stage_journal, a_truncate_of_a_sealed_file_unseals_its_record_first)
+{
+    /* truncate used to shorten the staging file before writing the record
+     * that unseals it: a crash in between found a staging file shorter than
+     * its sealed record, and the sealed content went to recovered/ instead of
+     * the store. */
+    stage_close(st);
+    cfg.fsync_remote = 0;
+    open_stage();
+    mem_store_fail(mem, MEM_OP_ALL, -EIO, -1);
+    unsigned char *d = pattern(1000, 11);
+    struct wfile *wf;
+    cr_assert_eq(stage_create(st, "h", &wf), 0);
+    stage_writer_open(st, wf);
+    cr_assert_eq(stage_write(st, wf, d, 1000, 0), 1000);
+    stage_fsync(st, wf); /* sealed and durable */
+    int release;
+    pid_t pid = hold_journal_writes(&release);
+    struct trunc t = {wf, 10, 0};
+    pthread_t th;
+    pthread_create(&th, NULL, truncate_thread, &t);
+    usleep(300000); /* the truncate waits for its record */
+    char name[32], p[1024];
+    staging_name(wf->id, name);
+    snprintf(p, sizeof p, "%s/files/%s", dir, name);
+    struct stat sb;
+    cr_assert_eq(stat(p, &sb), 0);
+    int early = sb.st_size != 1000;
+    let_journal_write(pid, release);
+    pthread_join(th, NULL);
+    cr_assert_not(early, "the staging file was cut before its record stopped saying sealed");
+    cr_assert_eq(stat(p, &sb), 0);
+    cr_assert_eq(sb.st_size, 10);
     mem_store_fail(mem, MEM_OP_ALL, 0, 0);
     stage_writer_close(st, wf);
     stage_put(st, wf);
