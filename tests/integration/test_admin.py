@@ -40,7 +40,7 @@ if not os.path.exists(ADMIN):
 
 def run(*args, ok=(EX_OK,), env=None):
     p = subprocess.run([ADMIN] + [str(a) for a in args], capture_output=True, text=True,
-                       timeout=120, env=env)
+                       errors="surrogateescape", timeout=120, env=env)  # stderr: raw path bytes
     assert p.returncode >= 0, "killed by signal %d: %s" % (-p.returncode, p.stderr)
     assert "Sanitizer" not in p.stderr and "runtime error" not in p.stderr, p.stderr
     assert p.returncode in ok, "exit %d for %s\nstdout: %s\nstderr: %s" % (
@@ -264,6 +264,37 @@ def test_usage_errors():
     run("ls", ok=(EX_USAGE,))
     run("ls", "/nonexistent/ckpt", ok=(EX_IO,))
     assert "exit codes" in run("--help").stdout
+
+
+def test_json_names_that_are_not_utf8(tmp_path):
+    # a path whose bytes are not UTF-8 (b"ck\xff"): every --json output is
+    # still one JSON document, the bad byte shown as U+FFFD (it was empty, exit 0)
+    store = tmp_path / "s"
+    bad = store / "ck\udcff"           # os.fsencode: b"ck\xff"
+    shutil.copytree(os.path.join(FIX, "dcp-torch1.13", "per_rank"), bad)
+    shutil.copytree(os.path.join(FIX, "dcp-torch1.13", "per_rank"), store / "ok")
+    shown = os.path.realpath(store) + "/ck\ufffd"
+    for verb in ("ls", "inspect", "verify"):
+        _, j = run_json(verb, bad)
+        assert j["checkpoint"] == shown, (verb, j)
+    _, j = run_json("dump", bad)
+    assert j["tensors"], j
+    _, j = run_json("where", bad, "model.embed.weight")
+    assert j["chunks"], j
+    _, j = run_json("where", bad, "no.such", ok=(EX_NOTFOUND,))
+    assert j["error"]["what"] == shown, j
+    cache = str(tmp_path / "cache")
+    _, rep = run_json("index", "rebuild", store, "--cache-dir", cache)
+    assert rep["indexed"] == 2 and len(rep["checkpoints"]) == 2, rep
+    assert shown in [c["key"] for c in rep["checkpoints"]], rep
+    _, ls = run_json("index", "ls", "--cache-dir", cache)
+    assert sorted(c["key"] for c in ls["checkpoints"]) == [shown, shown[:-3] + "ok"], ls
+    _, f = run_json("index", "files", bad, "--cache-dir", cache)
+    assert f["checkpoint"] == shown and len(f["files"]) == 2, f
+    _, a = run_json("index", "at", bad, "__0_0.distcp", 0, "--cache-dir", cache)
+    assert a["checkpoint"] == shown, a
+    _, w = run_json("index", "where", bad, "model.embed.weight", "--cache-dir", cache)
+    assert w["chunks"], w
 
 
 def test_version_matches_the_mount_daemon():

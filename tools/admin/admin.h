@@ -82,8 +82,17 @@ int report_msg(const struct admin_opts *o, int ex, const char *what, int code, c
 /* "dcp" or "safetensors" (enum ckpt_format). */
 const char *format_name(int format);
 
-/* JSON output (UTF-8, indent 1, key order kept); steals root. */
-void json_out(json_t *root);
+/* JSON output (UTF-8, indent 1, key order kept); steals root. EX_OK, or
+ * EX_IO with a message on stderr if root is NULL (a failed json_pack) or
+ * cannot be written. */
+int json_out(json_t *root);
+/* A JSON string of the bytes s (a path, key, file name: any bytes): each
+ * byte that is not part of well-formed UTF-8 (and NUL) becomes U+FFFD. NULL s
+ * gives JSON null; NULL only when out of memory. For json_pack's "s:o". */
+json_t *json_bytes(const char *s);
+json_t *json_bytesn(const char *s, size_t n);
+/* json_object_set_new(obj, key, value) with key made valid as by json_bytes. */
+int json_object_set_bytes(json_t *obj, const char *key, json_t *value);
 json_t *json_i64_array(const int64_t *v, uint32_t n);
 
 /* Human tables: rows of cells, printed with aligned columns. */

@@ -196,14 +196,14 @@ static int index_rebuild(struct admin_opts *o)
         int missing = 0;
         for (uint32_t f = 0; !rc && f < c->nfiles; f++)
             missing += c->files[f].present == 0;
-        json_t *entry =
-            json_pack("{s:s,s:s}", "key", key ? key : "", "status", rc ? "failed" : "indexed");
+        json_t *entry = json_pack("{s:o,s:s}", "key", json_bytes(key ? key : dir), "status",
+                                  rc ? "failed" : "indexed");
         if (rc) {
             nfail++;
             /* still there, just unreadable now: not a stale entry to forget */
             if (key)
                 on_found(&keys, key, 0);
-            json_object_set_new(entry, "error", json_string(e.msg[0] ? e.msg : ckpt_strerror(rc)));
+            json_object_set_new(entry, "error", json_bytes(e.msg[0] ? e.msg : ckpt_strerror(rc)));
             json_object_set_new(entry, "exit", json_integer(exit_for(rc)));
             if (!o->quiet)
                 fprintf(stderr, "[%zu/%zu] %s: FAILED: %s\n", i + 1, found.n, key ? key : dir,
@@ -240,8 +240,10 @@ static int index_rebuild(struct admin_opts *o)
                 nfail, ndropped);
     ex = nfail ? EX_CHECK : EX_OK;
     if (o->json) {
-        json_out(json_pack("{s:s,s:i,s:i,s:i,s:O}", "store", src.url, "indexed", nok, "failed",
-                           nfail, "removed", ndropped, "checkpoints", report_list));
+        int jex = json_out(json_pack("{s:o,s:i,s:i,s:i,s:O}", "store", json_bytes(src.url),
+                                     "indexed", nok, "failed", nfail, "removed", ndropped,
+                                     "checkpoints", report_list));
+        ex = jex ? jex : ex;
     } else {
         for (size_t i = 0; i < json_array_size(report_list); i++) {
             json_t *en = json_array_get(report_list, i);
@@ -263,12 +265,13 @@ out:
 static int on_ckpt(void *arg, const struct idxdb_ckpt *c)
 {
     json_t *a = arg;
-    json_array_append_new(a, json_pack("{s:s%,s:I,s:s,s:i,s:i,s:i,s:i,s:I,s:s%}", "key", c->key,
-                                       c->key_len, "id", (json_int_t)c->id, "format",
-                                       format_name(c->format), "files", (int)c->nfiles, "tensors",
-                                       (int)c->ntensors, "items", (int)c->nitems, "bytes",
-                                       (int)c->nbytes, "built_at", (json_int_t)c->built_at,
-                                       "fingerprint", c->fingerprint, c->fingerprint_len));
+    json_array_append_new(a, json_pack("{s:o,s:I,s:s,s:i,s:i,s:i,s:i,s:I,s:o}", "key",
+                                       json_bytesn(c->key, c->key_len), "id", (json_int_t)c->id,
+                                       "format", format_name(c->format), "files", (int)c->nfiles,
+                                       "tensors", (int)c->ntensors, "items", (int)c->nitems,
+                                       "bytes", (int)c->nbytes, "built_at", (json_int_t)c->built_at,
+                                       "fingerprint",
+                                       json_bytesn(c->fingerprint, c->fingerprint_len)));
     return 0;
 }
 
@@ -296,8 +299,7 @@ static int index_ls(struct admin_opts *o)
         return report(o, EX_DB, "index", NULL, rc);
     }
     if (o->json) {
-        json_out(json_pack("{s:o,s:I}", "checkpoints", a, "bytes_used", (json_int_t)used));
-        return EX_OK;
+        return json_out(json_pack("{s:o,s:I}", "checkpoints", a, "bytes_used", (json_int_t)used));
     }
     struct table tb;
     table_init(&tb, 5, "CHECKPOINT", "FORMAT", "FILES", "ITEMS", "FINGERPRINT");
@@ -369,7 +371,7 @@ static int on_file(void *arg, const struct idxdb_file *f)
 {
     json_array_append_new(
         arg,
-        json_pack("{s:s%,s:o,s:b,s:i,s:i}", "name", f->name, f->name_len, "size",
+        json_pack("{s:o,s:o,s:b,s:i,s:i}", "name", json_bytesn(f->name, f->name_len), "size",
                   f->size == CKPT_SIZE_UNKNOWN ? json_null() : json_integer((json_int_t)f->size),
                   "present", f->present == 1, "rank", f->rank, "items", (int)f->nitems));
     return 0;
@@ -384,14 +386,14 @@ static int index_files(struct admin_opts *o)
     json_t *a = json_array();
     idxdb_files(q.t, q.c.id, on_file, a);
     if (o->json) {
-        json_out(json_pack("{s:s,s:o}", "checkpoint", q.key, "files", a));
+        ex = json_out(json_pack("{s:o,s:o}", "checkpoint", json_bytes(q.key), "files", a));
     } else {
         for (size_t i = 0; i < json_array_size(a); i++)
             printf("%s\n", json_string_value(json_object_get(json_array_get(a, i), "name")));
         json_decref(a);
     }
     query_close(&q);
-    return EX_OK;
+    return ex;
 }
 
 static json_t *span_json(struct qctx *q, const struct idxdb_span *s)
@@ -400,7 +402,7 @@ static json_t *span_json(struct qctx *q, const struct idxdb_span *s)
     json_t *j = json_pack("{s:i,s:I,s:I}", "item", (int)s->item, "offset", (json_int_t)s->offset,
                           "length", (json_int_t)s->length);
     if (idxdb_item_get(q->t, q->c.id, s->item, &it) == 0) {
-        json_object_set_new(j, "fqn", json_stringn(it.fqn, it.fqn_len));
+        json_object_set_new(j, "fqn", json_bytesn(it.fqn, it.fqn_len));
         json_object_set_new(j, "kind",
                             json_string(it.kind == CKPT_ITEM_BYTES ? "bytes" : "tensor"));
         if (it.kind == CKPT_ITEM_TENSOR) {
@@ -444,8 +446,9 @@ static int index_at(struct admin_opts *o)
         for (long i = 0; i < o->next && idxdb_layout_next(q.t, &s) == 0; i++)
             json_array_append_new(next, span_json(&q, &s));
         if (o->json) {
-            json_out(json_pack("{s:s,s:s,s:I,s:o,s:o}", "checkpoint", q.key, "file", o->argv[2],
-                               "at", (json_int_t)off, "item", hit, "next", next));
+            ex = json_out(json_pack("{s:o,s:o,s:I,s:o,s:o}", "checkpoint", json_bytes(q.key),
+                                    "file", json_bytes(o->argv[2]), "at", (json_int_t)off, "item",
+                                    hit, "next", next));
         } else {
             struct table tb;
             table_init(&tb, 5, "ITEM", "FQN", "KIND", "OFFSET", "LENGTH");
@@ -485,7 +488,7 @@ static int index_where(struct admin_opts *o)
         return ex;
     }
     json_t *chunks = json_array();
-    json_t *j = json_pack("{s:s,s:s}", "fqn", o->argv[2], "kind",
+    json_t *j = json_pack("{s:o,s:s}", "fqn", json_bytes(o->argv[2]), "kind",
                           kind == CKPT_ITEM_BYTES ? "bytes" : "tensor");
     uint32_t nitems = 1;
     struct idxdb_tensor t;
@@ -511,13 +514,13 @@ static int index_where(struct admin_opts *o)
         for (uint32_t d = 0; d < it.ndim; d++)
             json_array_append_new(co, json_integer(idxdb_i64(it.chunk_offsets, d)));
         json_array_append_new(chunks,
-                              json_pack("{s:i,s:o,s:s%,s:I,s:I}", "item", (int)item, "offsets", co,
-                                        "file", f.name, f.name_len, "offset", (json_int_t)it.offset,
-                                        "length", (json_int_t)it.length));
+                              json_pack("{s:i,s:o,s:o,s:I,s:I}", "item", (int)item, "offsets", co,
+                                        "file", json_bytesn(f.name, f.name_len), "offset",
+                                        (json_int_t)it.offset, "length", (json_int_t)it.length));
     }
     json_object_set_new(j, "chunks", chunks);
     if (o->json) {
-        json_out(j);
+        ex = json_out(j);
     } else {
         for (size_t i = 0; i < json_array_size(chunks); i++) {
             json_t *c = json_array_get(chunks, i);
@@ -669,16 +672,16 @@ static int index_bench(struct admin_opts *o)
     free(tg);
     idxdb_drop(db, key, &e);
     json_t *j =
-        json_pack("{s:s,s:I,s:i,s:i,s:i,s:I,s:f,s:f,s:f,s:f,s:f,s:I,s:I,s:f,s:f,s:f,s:I}",
-                  "metadata", src.url, "metadata_bytes", (json_int_t)len, "items", (int)c->nitems,
-                  "tensors", (int)c->ntensors, "files", (int)c->nfiles, "pickle_values",
-                  (json_int_t)nvalues, "read_s", t_read, "pickle_parse_s", t_pickle, "parse_s",
-                  t_parse, "index_build_s", t_build, "parse_and_build_s", t_parse + t_build,
-                  "index_bytes", (json_int_t)used, "lookups", (json_int_t)nlook, "lookups_per_s",
-                  nlook / t_look, "lookups_per_s_txn_per_1000", nshort / t_short,
+        json_pack("{s:o,s:I,s:i,s:i,s:i,s:I,s:f,s:f,s:f,s:f,s:f,s:I,s:I,s:f,s:f,s:f,s:I}",
+                  "metadata", json_bytes(src.url), "metadata_bytes", (json_int_t)len, "items",
+                  (int)c->nitems, "tensors", (int)c->ntensors, "files", (int)c->nfiles,
+                  "pickle_values", (json_int_t)nvalues, "read_s", t_read, "pickle_parse_s",
+                  t_pickle, "parse_s", t_parse, "index_build_s", t_build, "parse_and_build_s",
+                  t_parse + t_build, "index_bytes", (json_int_t)used, "lookups", (json_int_t)nlook,
+                  "lookups_per_s", nlook / t_look, "lookups_per_s_txn_per_1000", nshort / t_short,
                   "lookups_per_s_in_memory", nlook / t_mem, "wrong_answers", (json_int_t)wrong);
     if (o->json) {
-        json_out(j);
+        ex = json_out(j);
     } else {
         printf("%s: %zu bytes, %u items, %u tensors, %u files\n", src.url, len, c->nitems,
                c->ntensors, c->nfiles);

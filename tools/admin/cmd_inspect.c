@@ -99,7 +99,7 @@ int cmd_inspect(struct admin_opts *o)
         uint64_t ib = item_bytes(c, f);
         json_array_append_new(
             jfiles,
-            json_pack("{s:s,s:o,s:b,s:o,s:i,s:I,s:b}", "name", fi->name, "rank",
+            json_pack("{s:o,s:o,s:b,s:o,s:i,s:I,s:b}", "name", json_bytes(fi->name), "rank",
                       fi->rank >= 0 ? json_integer(fi->rank) : json_null(), "present",
                       fi->present == 1, "size",
                       fi->present == 1 ? json_integer((json_int_t)fi->size) : json_null(), "items",
@@ -117,9 +117,10 @@ int cmd_inspect(struct admin_opts *o)
         if (!is_whole(tt) || c->nfiles < 2)
             continue;
         const struct ckpt_item *it = &c->items[tt->chunks[0].item];
-        json_array_append_new(
-            jrep, json_pack("{s:s,s:s,s:I,s:I}", "fqn", tt->fqn, "file", c->files[it->file].name,
-                            "offset", (json_int_t)it->offset, "length", (json_int_t)it->length));
+        json_array_append_new(jrep,
+                              json_pack("{s:o,s:o,s:I,s:I}", "fqn", json_bytes(tt->fqn), "file",
+                                        json_bytes(c->files[it->file].name), "offset",
+                                        (json_int_t)it->offset, "length", (json_int_t)it->length));
         char off[32], len[32];
         table_row(&tr, tt->fqn, tt->dtype, c->files[it->file].name,
                   fmt_u64(off, sizeof(off), it->offset), fmt_u64(len, sizeof(len), it->length));
@@ -133,9 +134,9 @@ int cmd_inspect(struct admin_opts *o)
             if (!needed[(size_t)r * c->nfiles + f])
                 continue;
             const struct ckpt_file *fi = &c->files[f];
-            json_array_append_new(reads, json_string(fi->name));
+            json_array_append_new(reads, json_bytes(fi->name));
             if (fi->rank != r && fi->rank != 0)
-                json_array_append_new(foreign, json_string(fi->name));
+                json_array_append_new(foreign, json_bytes(fi->name));
             if (ll < sizeof(list) - 1)
                 ll +=
                     (size_t)snprintf(list + ll, sizeof(list) - ll, "%s%s", ll ? " " : "", fi->name);
@@ -149,12 +150,12 @@ int cmd_inspect(struct admin_opts *o)
         table_row(&tk, rk, list, flagged ? "reads other ranks' files (pytorch#125740)" : "");
     }
     if (o->json) {
-        json_out(json_pack("{s:s,s:s,s:i,s:i,s:i,s:i,s:I,s:o,s:o,s:o,s:o,s:i}", "checkpoint",
-                           src.url, "format", format_name(c->format), "tensors", (int)c->ntensors,
-                           "bytes", (int)c->nbytes, "items", (int)c->nitems, "nfiles",
-                           (int)c->nfiles, "item_bytes", (json_int_t)total, "world_size",
-                           w ? json_integer(w) : json_null(), "files", jfiles, "replicated", jrep,
-                           "ranks", jranks, "flagged_ranks", nflagged));
+        ex = json_out(json_pack("{s:o,s:s,s:i,s:i,s:i,s:i,s:I,s:o,s:o,s:o,s:o,s:i}", "checkpoint",
+                                json_bytes(src.url), "format", format_name(c->format), "tensors",
+                                (int)c->ntensors, "bytes", (int)c->nbytes, "items", (int)c->nitems,
+                                "nfiles", (int)c->nfiles, "item_bytes", (json_int_t)total,
+                                "world_size", w ? json_integer(w) : json_null(), "files", jfiles,
+                                "replicated", jrep, "ranks", jranks, "flagged_ranks", nflagged));
     } else {
         json_decref(jfiles);
         json_decref(jrep);
@@ -207,8 +208,9 @@ static void problem(struct problems *p, const char *kind, const char *file, cons
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    json_array_append_new(p->list, json_pack("{s:s,s:s?,s:s?,s:s}", "kind", kind, "file", file,
-                                             "fqn", fqn, "message", msg));
+    json_array_append_new(p->list,
+                          json_pack("{s:s,s:o,s:o,s:o}", "kind", kind, "file", json_bytes(file),
+                                    "fqn", json_bytes(fqn), "message", json_bytes(msg)));
     p->n++;
     if (!p->quiet_json)
         printf("%s: %s%s%s%s\n", kind, file ? file : "", file ? ": " : "", fqn ? fqn : "",
@@ -270,9 +272,9 @@ int cmd_verify(struct admin_opts *o)
                     it->chunk, (uint64_t)nb, t->dtype, it->length);
     }
     if (o->json) {
-        json_out(json_pack("{s:s,s:b,s:i,s:i,s:I,s:o}", "checkpoint", src.url, "ok", p.n == 0,
-                           "items", (int)c->nitems, "files", (int)c->nfiles, "unindexed_bytes",
-                           (json_int_t)gaps, "problems", p.list));
+        ex = json_out(json_pack("{s:o,s:b,s:i,s:i,s:I,s:o}", "checkpoint", json_bytes(src.url),
+                                "ok", p.n == 0, "items", (int)c->nitems, "files", (int)c->nfiles,
+                                "unindexed_bytes", (json_int_t)gaps, "problems", p.list));
     } else {
         json_decref(p.list);
         if (p.n == 0)
@@ -281,7 +283,8 @@ int cmd_verify(struct admin_opts *o)
         else
             printf("%d problem(s) in %s\n", p.n, src.url);
     }
-    ex = p.n ? EX_CHECK : EX_OK;
+    if (ex == EX_OK)
+        ex = p.n ? EX_CHECK : EX_OK;
     ckpt_free(c);
     src_close(&src);
     return ex;

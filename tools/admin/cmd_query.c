@@ -36,7 +36,7 @@ static json_t *bytes_json(const struct ckpt *c)
 {
     json_t *a = json_array();
     for (uint32_t b = 0; b < c->nbytes; b++)
-        json_array_append_new(a, json_pack("{s:s}", "fqn", c->bytes[b].fqn));
+        json_array_append_new(a, json_pack("{s:o}", "fqn", json_bytes(c->bytes[b].fqn)));
     return a;
 }
 
@@ -47,7 +47,7 @@ static void add_transforms(json_t *j, const struct ckpt_item *it)
         return;
     json_t *td = json_array();
     for (uint32_t k = 0; k < it->ntransforms; k++)
-        json_array_append_new(td, json_string(it->transforms[k]));
+        json_array_append_new(td, json_bytes(it->transforms[k]));
     json_object_set_new(j, "transform_descriptors", td);
 }
 
@@ -65,12 +65,12 @@ int cmd_ls(struct admin_opts *o)
         for (uint32_t t = 0; t < c->ntensors; t++) {
             const struct ckpt_tensor *tt = &c->tensors[t];
             json_array_append_new(
-                ts, json_pack("{s:s,s:s,s:o,s:I,s:o}", "fqn", tt->fqn, "dtype", tt->dtype, "shape",
-                              json_i64_array(tt->size, tt->ndim), "nbytes",
+                ts, json_pack("{s:o,s:s,s:o,s:I,s:o}", "fqn", json_bytes(tt->fqn), "dtype",
+                              tt->dtype, "shape", json_i64_array(tt->size, tt->ndim), "nbytes",
                               (json_int_t)tensor_nbytes(tt), "chunks", chunks_json(tt)));
         }
-        json_out(json_pack("{s:s,s:s,s:o,s:o}", "checkpoint", src.url, "format",
-                           format_name(c->format), "tensors", ts, "bytes", bytes_json(c)));
+        ex = json_out(json_pack("{s:o,s:s,s:o,s:o}", "checkpoint", json_bytes(src.url), "format",
+                                format_name(c->format), "tensors", ts, "bytes", bytes_json(c)));
     } else {
         struct table tb;
         table_init(&tb, 5, "FQN", "DTYPE", "SHAPE", "CHUNKS", "BYTES");
@@ -97,7 +97,7 @@ int cmd_ls(struct admin_opts *o)
 
 static json_t *item_json(const struct ckpt *c, const struct ckpt_item *it)
 {
-    json_t *j = json_pack("{s:s,s:I,s:I}", "file", c->files[it->file].name, "offset",
+    json_t *j = json_pack("{s:o,s:I,s:I}", "file", json_bytes(c->files[it->file].name), "offset",
                           (json_int_t)it->offset, "length", (json_int_t)it->length);
     add_transforms(j, it);
     return j;
@@ -120,11 +120,14 @@ int cmd_where(struct admin_opts *o)
     if (kind == CKPT_ITEM_BYTES) {
         const struct ckpt_item *it = &c->items[c->bytes[idx].item];
         if (o->json) {
-            json_t *j = json_pack("{s:s,s:s}", "fqn", it->fqn, "kind", "bytes");
+            json_t *j = json_pack("{s:o,s:s}", "fqn", json_bytes(it->fqn), "kind", "bytes");
             json_t *ij = item_json(c, it);
-            json_object_update(j, ij);
+            if (json_object_update(j, ij)) {
+                json_decref(j);
+                j = NULL;
+            }
             json_decref(ij);
-            json_out(j);
+            ex = json_out(j);
         } else {
             printf("%s (bytes)\n", it->fqn);
             printf("%s  offset %" PRIu64 "  length %" PRIu64 "\n", c->files[it->file].name,
@@ -146,8 +149,9 @@ int cmd_where(struct admin_opts *o)
             json_decref(ij);
             json_array_append_new(chunks, j);
         }
-        json_out(json_pack("{s:s,s:s,s:s,s:o,s:o}", "fqn", t->fqn, "kind", "tensor", "dtype",
-                           t->dtype, "shape", json_i64_array(t->size, t->ndim), "chunks", chunks));
+        ex = json_out(json_pack("{s:o,s:s,s:s,s:o,s:o}", "fqn", json_bytes(t->fqn), "kind",
+                                "tensor", "dtype", t->dtype, "shape",
+                                json_i64_array(t->size, t->ndim), "chunks", chunks));
     } else {
         printf("%s  %s %s\n", t->fqn, t->dtype, fmt_shape(shape, sizeof(shape), t->size, t->ndim));
         struct table tb;
@@ -181,7 +185,7 @@ static json_t *dump_dcp(const struct admin_opts *o, struct admin_src *src, const
     const struct ckpt_dcp_info *d = &c->dcp;
     json_t *j = json_object();
     json_object_set_new(j, "format", json_string("dcp"));
-    json_object_set_new(j, "source", json_string(c->source));
+    json_object_set_new(j, "source", json_bytes(c->source));
     json_object_set_new(j, "pickle_protocol", json_integer(d->protocol));
     json_object_set_new(j, "writer_style",
                         json_pack("{s:s?,s:s?}", "enum", d->enum_style, "path", d->path_style));
@@ -216,8 +220,8 @@ static json_t *dump_dcp(const struct admin_opts *o, struct admin_src *src, const
         const struct ckpt_tensor *tt = &c->tensors[t];
         json_array_append_new(
             ts,
-            json_pack("{s:s,s:s,s:i,s:o,s:{s:s,s:s,s:b,s:s,s:b},s:o}", "fqn", tt->fqn, "dtype",
-                      tt->dtype, "element_size", (int)(tt->elem_bits / 8), "size",
+            json_pack("{s:o,s:s,s:i,s:o,s:{s:s,s:s,s:b,s:s,s:b},s:o}", "fqn", json_bytes(tt->fqn),
+                      "dtype", tt->dtype, "element_size", (int)(tt->elem_bits / 8), "size",
                       json_i64_array(tt->size, tt->ndim), "properties", "dtype", tt->dtype,
                       "layout", tt->layout, "requires_grad", tt->requires_grad, "memory_format",
                       tt->memory_format, "pin_memory", tt->pin_memory, "chunks", chunks_json(tt)));
@@ -228,7 +232,7 @@ static json_t *dump_dcp(const struct admin_opts *o, struct admin_src *src, const
     for (uint32_t i = 0; i < c->nitems; i++) {
         const struct ckpt_item *it = &c->items[i];
         json_t *e = json_object();
-        json_object_set_new(e, "fqn", json_string(it->fqn));
+        json_object_set_new(e, "fqn", json_bytes(it->fqn));
         if (it->kind == CKPT_ITEM_TENSOR) {
             const struct ckpt_tensor *tt = &c->tensors[it->tensor];
             json_object_set_new(e, "chunk_offset",
@@ -238,13 +242,13 @@ static json_t *dump_dcp(const struct admin_opts *o, struct admin_src *src, const
         }
         json_object_set_new(e, "index_hint",
                             it->index_hint < 0 ? json_null() : json_integer(it->index_hint));
-        json_object_set_new(e, "relative_path", json_string(c->files[it->file].name));
+        json_object_set_new(e, "relative_path", json_bytes(c->files[it->file].name));
         json_object_set_new(e, "offset", json_integer((json_int_t)it->offset));
         json_object_set_new(e, "length", json_integer((json_int_t)it->length));
         if (it->has_transforms) {
             json_t *td = json_array();
             for (uint32_t k = 0; k < it->ntransforms; k++)
-                json_array_append_new(td, json_string(it->transforms[k]));
+                json_array_append_new(td, json_bytes(it->transforms[k]));
             json_object_set_new(e, "transform_descriptors", td);
         }
         if (o->hash && c->files[it->file].present == 1) {
@@ -284,7 +288,7 @@ static json_t *dump_dcp(const struct admin_opts *o, struct admin_src *src, const
                 if (o->hash && sha256_range(&src->io, fi->name, 0, fi->size, hex) == 0)
                     json_object_set_new(fj, "sha256", json_string(hex));
             }
-            json_object_set_new(files, fi->name, fj);
+            json_object_set_bytes(files, fi->name, fj);
         }
         json_object_set_new(j, "files", files);
     }
@@ -312,8 +316,8 @@ static json_t *dump_st_file(struct admin_src *src, const struct ckpt *c, uint32_
         const struct ckpt_tensor *tt = &c->tensors[it->tensor];
         const struct ckpt_chunk *ch = &tt->chunks[it->chunk];
         json_t *e =
-            json_pack("{s:s,s:s,s:o,s:[I,I],s:I,s:I,s:I}", "name", it->fqn, "dtype", tt->dtype,
-                      "shape", json_i64_array(ch->sizes, tt->ndim), "data_offsets",
+            json_pack("{s:o,s:s,s:o,s:[I,I],s:I,s:I,s:I}", "name", json_bytes(it->fqn), "dtype",
+                      tt->dtype, "shape", json_i64_array(ch->sizes, tt->ndim), "data_offsets",
                       (json_int_t)(it->offset - fi->data_start),
                       (json_int_t)(it->offset + it->length - fi->data_start), "abs_begin",
                       (json_int_t)it->offset, "abs_end", (json_int_t)(it->offset + it->length),
@@ -351,13 +355,13 @@ static json_t *dump_st(struct admin_src *src, const struct ckpt *c)
     }
     json_t *files = json_object();
     for (uint32_t f = 0; f < c->nfiles; f++)
-        json_object_set_new(files, c->files[f].name, dump_st_file(src, c, f));
+        json_object_set_bytes(files, c->files[f].name, dump_st_file(src, c, f));
     json_t *gs = json_object();
     for (uint32_t t = 0; t < c->ntensors; t++)
-        json_object_set_new(gs, c->tensors[t].fqn,
-                            json_i64_array(c->tensors[t].size, c->tensors[t].ndim));
-    return json_pack("{s:s,s:s,s:o,s:o}", "format", "safetensors", "source", c->source, "files",
-                     files, "global_shape", gs);
+        json_object_set_bytes(gs, c->tensors[t].fqn,
+                              json_i64_array(c->tensors[t].size, c->tensors[t].ndim));
+    return json_pack("{s:s,s:o,s:o,s:o}", "format", "safetensors", "source", json_bytes(c->source),
+                     "files", files, "global_shape", gs);
 }
 
 int cmd_dump(struct admin_opts *o)
@@ -367,8 +371,8 @@ int cmd_dump(struct admin_opts *o)
     int ex = admin_load_ckpt(o, 1, "dump FILE|DIR [--json] [--hash]", &src, &c);
     if (ex)
         return ex;
-    json_out(c->format == CKPT_FORMAT_DCP ? dump_dcp(o, &src, c) : dump_st(&src, c));
+    ex = json_out(c->format == CKPT_FORMAT_DCP ? dump_dcp(o, &src, c) : dump_st(&src, c));
     ckpt_free(c);
     src_close(&src);
-    return EX_OK;
+    return ex;
 }

@@ -282,10 +282,8 @@ int cmd_stats(struct admin_opts *o)
     if (!j)
         return ex;
     if (o->json)
-        json_out(j);
-    else {
-        print_summary(mnt, j);
-        json_decref(j);
-    }
+        return json_out(j);
+    print_summary(mnt, j);
+    json_decref(j);
     return EX_OK;
 }

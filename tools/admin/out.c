@@ -83,8 +83,8 @@ int report(const struct admin_opts *o, int ex, const char *what, const struct ck
     const char *msg = e && e->code && e->msg[0] ? e->msg : ckpt_strerror(code);
     fprintf(stderr, "ckptfs-admin: %s: %s\n", what, msg);
     if (o && o->json) {
-        json_t *j = json_pack("{s:{s:s,s:i,s:s,s:s}}", "error", "code", code_name(code), "errno",
-                              code, "what", what, "message", msg);
+        json_t *j = json_pack("{s:{s:s,s:i,s:o,s:o}}", "error", "code", code_name(code), "errno",
+                              code, "what", json_bytes(what), "message", json_bytes(msg));
         if (j && e && e->pos != CKPT_NOPOS)
             json_object_set_new(json_object_get(j, "error"), "pos",
                                 json_integer((json_int_t)e->pos));
@@ -113,13 +113,80 @@ const char *format_name(int format)
     return format == CKPT_FORMAT_DCP ? "dcp" : "safetensors";
 }
 
-void json_out(json_t *root)
+int json_out(json_t *root)
 {
-    if (!root)
-        return;
-    json_dumpf(root, stdout, JSON_INDENT(1) | JSON_ENCODE_ANY);
+    if (!root || json_dumpf(root, stdout, JSON_INDENT(1) | JSON_ENCODE_ANY)) {
+        json_decref(root);
+        fprintf(stderr, "ckptfs-admin: cannot build the JSON output\n");
+        return EX_IO;
+    }
     fputc('\n', stdout);
     json_decref(root);
+    return EX_OK;
+}
+
+/* Length (1..4) of the well-formed UTF-8 sequence at s[0..n), 0 if none:
+ * the rules Jansson checks (no overlong forms, surrogates or > U+10FFFF). */
+static size_t utf8_seq(const unsigned char *s, size_t n)
+{
+    unsigned char c = s[0];
+    size_t k = c < 0x80                 ? 1
+               : c >= 0xc2 && c <= 0xdf ? 2
+               : c >= 0xe0 && c <= 0xef ? 3
+               : c >= 0xf0 && c <= 0xf4 ? 4
+                                        : 0;
+    if (k == 0 || k > n)
+        return 0;
+    uint32_t cp = k == 1 ? c : c & (0x7f >> k);
+    for (size_t i = 1; i < k; i++) {
+        if ((s[i] & 0xc0) != 0x80)
+            return 0;
+        cp = (cp << 6) | (s[i] & 0x3f);
+    }
+    if ((k == 3 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) ||
+        (k == 4 && (cp < 0x10000 || cp > 0x10ffff)))
+        return 0;
+    return k;
+}
+
+json_t *json_bytesn(const char *s, size_t n)
+{
+    if (!s)
+        return json_null();
+    char *buf = malloc(3 * n + 1); /* each bad byte grows to U+FFFD's 3 bytes */
+    if (!buf)
+        return NULL;
+    size_t o = 0;
+    for (size_t i = 0; i < n;) {
+        size_t k = utf8_seq((const unsigned char *)s + i, n - i);
+        if (k && s[i]) {
+            memcpy(buf + o, s + i, k);
+            o += k;
+            i += k;
+        } else {
+            memcpy(buf + o, "\xef\xbf\xbd", 3);
+            o += 3;
+            i++;
+        }
+    }
+    json_t *j = json_stringn(buf, o);
+    free(buf);
+    return j;
+}
+
+json_t *json_bytes(const char *s)
+{
+    return json_bytesn(s, s ? strlen(s) : 0);
+}
+
+int json_object_set_bytes(json_t *obj, const char *key, json_t *value)
+{
+    json_t *k = json_bytes(key);
+    int rc = k ? json_object_set_new(obj, json_string_value(k), value) : -1;
+    if (!k)
+        json_decref(value);
+    json_decref(k);
+    return rc;
 }
 
 json_t *json_i64_array(const int64_t *v, uint32_t n)
