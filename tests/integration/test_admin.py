@@ -297,6 +297,22 @@ def test_json_names_that_are_not_utf8(tmp_path):
     assert w["chunks"], w
 
 
+def test_json_errors_opening_the_source(tmp_path):
+    # a path or URL that cannot be opened, a cache dir that cannot be made:
+    # one JSON error document on stdout (stdout was empty)
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    p = os.path.join(FIX, "dcp-stub", "torch2.9+.p4.metadata")
+    cases = [(("ls", "/nonexistent/ckpt"), EX_IO, "/nonexistent/ckpt"),
+             (("verify", "s3://ab"), EX_IO, "s3://ab"),
+             (("index", "rebuild", p, "--cache-dir", tmp_path / "c"), EX_USAGE, p),
+             (("index", "rebuild", tmp_path, "--cache-dir", afile / "sub"), EX_IO,
+              str(afile / "sub"))]
+    for args, ex, what in cases:
+        _, j = run_json(*args, ok=(ex,))
+        assert j["error"]["what"] == what and j["error"]["message"], (args, j)
+
+
 def test_version_matches_the_mount_daemon():
     import harness  # (as below: the harness is imported where a test needs it)
     admin = run("--version").stdout.strip()

@@ -51,7 +51,7 @@ struct admin_src {
     struct store *store; /* s3:// only */
 };
 
-/* Open arg. Returns 0 or an exit code (message printed). */
+/* Open arg. Returns 0 or an exit code (error reported as by report()). */
 int src_open(const struct admin_opts *o, const char *arg, struct admin_src *src);
 void src_close(struct admin_src *src);
 

@@ -46,7 +46,8 @@ static int mkdirs(const char *path)
     return rc;
 }
 
-/* CACHE/index, malloc'd; creates CACHE when create is set. */
+/* CACHE/index, malloc'd; creates CACHE when create is set. NULL with the
+ * error reported. */
 static char *index_dir(const struct admin_opts *o, int create)
 {
     char buf[4096];
@@ -57,14 +58,17 @@ static char *index_dir(const struct admin_opts *o, int create)
         snprintf(buf, sizeof(buf), "%s/ckptfs", x);
     else
         snprintf(buf, sizeof(buf), "%s/.cache/ckptfs", home && *home ? home : ".");
-    if (create && mkdirs(buf)) {
-        fprintf(stderr, "ckptfs-admin: cannot create %s: %s\n", buf, strerror(errno));
+    int rc = create ? mkdirs(buf) : 0;
+    if (rc) {
+        report_msg(o, EX_IO, buf, rc, "cannot create: %s", strerror(-rc));
         return NULL;
     }
     size_t n = strlen(buf);
     char *d = malloc(n + 8);
     if (d)
         snprintf(d, n + 8, "%s/index", buf);
+    else
+        report_msg(o, EX_IO, buf, -ENOMEM, "out of memory");
     return d;
 }
 
@@ -156,9 +160,9 @@ static int index_rebuild(struct admin_opts *o)
     if ((ex = src_open(o, o->argv[1], &src)))
         return ex;
     if (src.file) {
-        fprintf(stderr, "ckptfs-admin: %s: not a directory\n", src.url);
+        ex = report_msg(o, EX_USAGE, src.url, -ENOTDIR, "not a directory");
         src_close(&src);
-        return EX_USAGE;
+        return ex;
     }
     struct idxdb *db = NULL;
     struct found found = {0}, keys = {0};

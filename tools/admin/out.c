@@ -212,7 +212,7 @@ static int src_open_s3(const struct admin_opts *o, const char *arg, struct admin
         n--;
     char *url = strndup(arg, n);
     if (!url)
-        return EX_IO;
+        return report_msg(o, EX_IO, arg, -ENOMEM, "out of memory");
     char err[512] = "";
     struct store *s = NULL;
     struct store_stat st;
@@ -239,7 +239,7 @@ static int src_open_s3(const struct admin_opts *o, const char *arg, struct admin
             src->root = strdup(url);
     }
     if (rc) {
-        fprintf(stderr, "ckptfs-admin: %s: %s\n", url, err[0] ? err : ckpt_strerror(rc));
+        report_msg(o, EX_IO, url, rc, "%s", err[0] ? err : ckpt_strerror(rc));
         store_destroy(s);
         free(url);
         src_close(src);
@@ -259,14 +259,10 @@ int src_open(const struct admin_opts *o, const char *arg, struct admin_src *src)
     if (strncmp(arg, "file://", 7) == 0)
         arg += 7;
     char real[PATH_MAX];
-    if (!realpath(arg, real)) {
-        fprintf(stderr, "ckptfs-admin: %s: %s\n", arg, strerror(errno));
-        return EX_IO;
-    }
     struct stat st;
-    if (stat(real, &st)) {
-        fprintf(stderr, "ckptfs-admin: %s: %s\n", arg, strerror(errno));
-        return EX_IO;
+    if (!realpath(arg, real) || stat(real, &st)) {
+        int e = errno;
+        return report_msg(o, EX_IO, arg, -e, "%s", strerror(e));
     }
     if (S_ISDIR(st.st_mode)) {
         src->root = strdup(real);
@@ -280,8 +276,7 @@ int src_open(const struct admin_opts *o, const char *arg, struct admin_src *src)
     src->url = strdup(real);
     if (!src->root || !src->url || (!S_ISDIR(st.st_mode) && !src->file)) {
         src_close(src);
-        fprintf(stderr, "ckptfs-admin: out of memory\n");
-        return EX_IO;
+        return report_msg(o, EX_IO, arg, -ENOMEM, "out of memory");
     }
     io_local_init(&src->io, src->root);
     return 0;
