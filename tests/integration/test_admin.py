@@ -313,6 +313,22 @@ def test_json_errors_opening_the_source(tmp_path):
         assert j["error"]["what"] == what and j["error"]["message"], (args, j)
 
 
+def test_options_take_values_with_equals(tmp_path):
+    # every option with a value takes "--opt VALUE" and "--opt=VALUE", like the
+    # mount's getopt_long (only --cache-dir= and --watch= did: exit 2)
+    p = os.path.join(FIX, "dcp-torch1.13", "per_rank")
+    cache = "--cache-dir=%s" % (tmp_path / "cache")
+    run("ls", p, "--endpoint-url=http://127.0.0.1:1", "--region=eu-west-1", "--profile=x")
+    run("index", "rebuild", p, cache, "-q")
+    _, a = run_json("index", "at", p, "__0_0.distcp", 0, "--next=2", cache)
+    assert len(a["next"]) == 2, a
+    _, b = run_json("index", "bench", p, "--lookups=1000", cache)
+    assert b["lookups"] == 1000 and b["wrong_answers"] == 0, b
+    run("stats", tmp_path, "--watch=1", "--count=1", ok=(EX_IO,))   # not a mount: not exit 2
+    for bad in ("--next=", "--next=x", "--count=-1", "--json=1"):
+        run("ls", p, bad, ok=(EX_USAGE,))
+
+
 def test_version_matches_the_mount_daemon():
     import harness  # (as below: the harness is imported where a test needs it)
     admin = run("--version").stdout.strip()

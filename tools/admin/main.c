@@ -44,7 +44,7 @@ static void usage(FILE *f)
           "                          interrupted (--json: one object per line)\n"
           "    --count N             stop --watch after N lines\n"
           "\n"
-          "options:\n"
+          "options (a value as --opt VALUE or --opt=VALUE):\n"
           "  --json                  one JSON document on stdout (errors: {\"error\": ...})\n"
           "  --cache-dir DIR         index location (default $XDG_CACHE_HOME/ckptfs or\n"
           "                          ~/.cache/ckptfs); the LMDB files live in DIR/index/\n"
@@ -66,15 +66,89 @@ static void usage(FILE *f)
           f);
 }
 
-/* Does option a take the next argument as its value? */
-static int takes_value(const char *a)
+/* Store v as the value of option name ("--cache-dir", ...); v NULL only
+ * asks whether name takes one. 0, EX_USAGE (message printed) for a bad
+ * count, -1 if name takes no value. */
+static int set_value(struct admin_opts *o, const char *name, const char *v)
 {
-    static const char *const opts[] = {"--cache-dir",    "--next",   "--lookups", "--count",
-                                       "--endpoint-url", "--region", "--profile"};
-    for (size_t i = 0; i < sizeof(opts) / sizeof(opts[0]); i++)
-        if (strcmp(a, opts[i]) == 0)
-            return 1;
+    static const char *const strs[] = {"--cache-dir", "--endpoint-url", "--region", "--profile"};
+    const char **sdst[] = {&o->cache_dir, &o->endpoint_url, &o->region, &o->profile};
+    static const char *const nums[] = {"--next", "--lookups", "--count"};
+    long *ndst[] = {&o->next, &o->lookups, &o->count};
+    for (size_t i = 0; i < sizeof(strs) / sizeof(strs[0]); i++)
+        if (strcmp(name, strs[i]) == 0) {
+            *sdst[i] = v ? v : *sdst[i];
+            return 0;
+        }
+    for (size_t i = 0; i < sizeof(nums) / sizeof(nums[0]); i++) {
+        if (strcmp(name, nums[i]) != 0)
+            continue;
+        char *end = NULL;
+        if (v)
+            *ndst[i] = strtol(v, &end, 10);
+        if (v && (!*v || *end || *ndst[i] < 0)) {
+            fprintf(stderr, "ckptfs-admin: %s wants a count\n", name);
+            return EX_USAGE;
+        }
+        return 0;
+    }
+    return -1;
+}
+
+/* --watch [SECONDS] or --watch=SECONDS at argv[*i] (v: the "=" value or
+ * NULL); the interval is optional, taken when the next argument is a number.
+ * 0 or EX_USAGE (message printed). */
+static int watch_opt(struct admin_opts *o, const char *v, int argc, char **argv, int *i)
+{
+    char *end = NULL;
+    if (!v && *i + 1 < argc) {
+        strtod(argv[*i + 1], &end);
+        if (end != argv[*i + 1] && *end == '\0')
+            v = argv[++*i];
+    }
+    o->watch = v ? strtod(v, &end) : 1.0;
+    if ((v && *end) || !(o->watch > 0) || o->watch > 86400) {
+        fprintf(stderr, "ckptfs-admin: --watch wants seconds > 0\n");
+        return EX_USAGE;
+    }
     return 0;
+}
+
+/* The option at argv[*i] (a long option's value as "--opt VALUE" or
+ * "--opt=VALUE", like getopt_long). -1 to go on, else the exit code. */
+static int parse_opt(struct admin_opts *o, int argc, char **argv, int *i)
+{
+    const char *a = argv[*i], *eq = strncmp(a, "--", 2) == 0 ? strchr(a, '=') : NULL;
+    char name[32];
+    snprintf(name, sizeof(name), "%.*s", eq ? (int)(eq - a) : (int)strlen(a), a);
+    if (strcmp(a, "--json") == 0) {
+        o->json = 1;
+    } else if (strcmp(a, "--hash") == 0) {
+        o->hash = 1;
+    } else if (strcmp(a, "-q") == 0 || strcmp(a, "--quiet") == 0) {
+        o->quiet = 1;
+    } else if (strcmp(a, "--force-path-style") == 0) {
+        o->force_path_style = 1;
+    } else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+        usage(stdout);
+        return EX_OK;
+    } else if (strcmp(a, "-V") == 0 || strcmp(a, "--version") == 0) {
+        printf("ckptfs-admin %s\n", CKPTFS_VERSION);
+        return EX_OK;
+    } else if (strcmp(name, "--watch") == 0) {
+        return watch_opt(o, eq ? eq + 1 : NULL, argc, argv, i) ? EX_USAGE : -1;
+    } else if (set_value(o, name, NULL) == 0) {
+        const char *v = eq ? eq + 1 : *i + 1 < argc ? argv[++*i] : NULL;
+        if (!v) {
+            fprintf(stderr, "ckptfs-admin: %s needs a value\n", a);
+            return EX_USAGE;
+        }
+        return set_value(o, name, v) ? EX_USAGE : -1;
+    } else {
+        fprintf(stderr, "ckptfs-admin: unknown option %s (see --help)\n", a);
+        return EX_USAGE;
+    }
+    return -1;
 }
 
 int main(int argc, char **argv)
@@ -87,68 +161,15 @@ int main(int argc, char **argv)
     int npos = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if (strcmp(a, "--json") == 0) {
-            o.json = 1;
-        } else if (strcmp(a, "--hash") == 0) {
-            o.hash = 1;
-        } else if (strcmp(a, "-q") == 0 || strcmp(a, "--quiet") == 0) {
-            o.quiet = 1;
-        } else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-            usage(stdout);
-            free(pos);
-            return EX_OK;
-        } else if (strcmp(a, "-V") == 0 || strcmp(a, "--version") == 0) {
-            printf("ckptfs-admin %s\n", CKPTFS_VERSION);
-            free(pos);
-            return EX_OK;
-        } else if (takes_value(a) && i + 1 >= argc) {
-            fprintf(stderr, "ckptfs-admin: %s needs a value\n", a);
-            free(pos);
-            return EX_USAGE;
-        } else if (strcmp(a, "--watch") == 0 || strncmp(a, "--watch=", 8) == 0) {
-            /* The interval is optional: taken when the next argument is a number. */
-            const char *v = a[7] == '=' ? a + 8 : NULL;
-            char *end = NULL;
-            if (!v && i + 1 < argc) {
-                strtod(argv[i + 1], &end);
-                if (end != argv[i + 1] && *end == '\0')
-                    v = argv[++i];
-            }
-            o.watch = v ? strtod(v, &end) : 1.0;
-            if ((v && *end) || !(o.watch > 0) || o.watch > 86400) {
-                fprintf(stderr, "ckptfs-admin: --watch wants seconds > 0\n");
-                free(pos);
-                return EX_USAGE;
-            }
-        } else if (strcmp(a, "--cache-dir") == 0 || strcmp(a, "--next") == 0 ||
-                   strcmp(a, "--lookups") == 0 || strcmp(a, "--count") == 0) {
-            if (a[2] == 'c' && a[3] == 'a') {
-                o.cache_dir = argv[++i];
-            } else {
-                char *end;
-                long *dst = a[2] == 'n' ? &o.next : a[2] == 'l' ? &o.lookups : &o.count;
-                *dst = strtol(argv[++i], &end, 10);
-                if (*end || *dst < 0) {
-                    fprintf(stderr, "ckptfs-admin: %s wants a count\n", a);
-                    free(pos);
-                    return EX_USAGE;
-                }
-            }
-        } else if (strcmp(a, "--endpoint-url") == 0 || strcmp(a, "--region") == 0 ||
-                   strcmp(a, "--profile") == 0) {
-            const char **dst = a[2] == 'e' ? &o.endpoint_url : a[2] == 'r' ? &o.region : &o.profile;
-            *dst = argv[++i];
-        } else if (strcmp(a, "--force-path-style") == 0) {
-            o.force_path_style = 1;
-        } else if (strncmp(a, "--cache-dir=", 12) == 0) {
-            o.cache_dir = a + 12;
-        } else if (a[0] == '-' && a[1] && strcmp(a, "--") != 0) {
-            fprintf(stderr, "ckptfs-admin: unknown option %s (see --help)\n", a);
-            free(pos);
-            return EX_USAGE;
-        } else if (strcmp(a, "--") == 0) {
+        if (strcmp(a, "--") == 0) {
             while (++i < argc)
                 pos[npos++] = argv[i];
+        } else if (a[0] == '-' && a[1]) {
+            int ex = parse_opt(&o, argc, argv, &i);
+            if (ex >= 0) {
+                free(pos);
+                return ex;
+            }
         } else {
             pos[npos++] = argv[i];
         }
