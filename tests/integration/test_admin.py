@@ -606,6 +606,31 @@ def test_shared_memo_is_not_quadratic(tmp_path):
     assert time.time() - t0 < 10
 
 
+def test_index_bench_bounds_and_cleanup(tmp_path):
+    """--lookups is bounded (2**60 overflowed the target array's size and
+    crashed); the bench: entry is dropped on every way out (one with nothing
+    to look up stayed in the user's index)."""
+    p = os.path.join(FIX, "dcp-torch1.13", "per_rank")
+    cache = str(tmp_path / "cache")
+    run("index", "bench", p, "--lookups", 2 ** 60, "--cache-dir", cache, ok=(EX_USAGE,))
+    run("index", "bench", p, "--lookups", 10 ** 8 + 1, "--cache-dir", cache, ok=(EX_USAGE,))
+    sys.path.insert(0, FIX)
+    import make_fixtures as mf
+    S = mf.make_stubs(mf.LAYOUT_BY_KEY["torch2.4-2.6"])
+    md = S.MD(state_dict_metadata={}, planner_data=None, storage_data={}, storage_meta=None)
+    with mf.installed(S):
+        data = mf.pickle.dumps(md, protocol=4)
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / ".metadata").write_bytes(data)
+    _, j = run_json("index", "bench", tmp_path / "empty", "--cache-dir", cache,
+                    ok=(EX_NOTFOUND,))
+    assert j["error"]["message"] == "nothing to look up", j
+    _, b = run_json("index", "bench", p, "--lookups", 1000, "--cache-dir", cache)
+    assert b["lookups"] == 1000 and b["wrong_answers"] == 0, b
+    _, ls = run_json("index", "ls", "--cache-dir", cache)
+    assert ls["checkpoints"] == [], ls
+
+
 # ---------------------------------------------------------------------------
 # the same checkpoints on s3rver: same answers, same index
 # ---------------------------------------------------------------------------

@@ -557,17 +557,88 @@ static uint64_t xorshift(uint64_t *s)
     return *s = x;
 }
 
+#define BENCH_MAX_LOOKUPS 100000000L /* --lookups bound (16 bytes of target each) */
+
+struct target {
+    uint32_t file, item;
+    uint64_t off;
+};
+
+/* *out: n lookup targets, random bytes inside random non-empty items of c,
+ * with the item the model says holds each. 0, CKPT_NOTFOUND (no non-empty
+ * item) or -ENOMEM. */
+static int bench_targets(const struct ckpt *c, long n, struct target **out)
+{
+    uint32_t *nonempty = malloc(sizeof(uint32_t) * ((size_t)c->nitems + 1));
+    size_t nn = 0;
+    for (uint32_t i = 0; nonempty && i < c->nitems; i++)
+        if (c->items[i].length)
+            nonempty[nn++] = i;
+    int rc = !nonempty ? -ENOMEM : !nn ? CKPT_NOTFOUND : 0;
+    struct target *tg = rc ? NULL : malloc(sizeof(*tg) * (size_t)n);
+    rc = rc ? rc : !tg ? -ENOMEM : 0;
+    uint64_t seed = 0x9e3779b97f4a7c15ull;
+    for (long i = 0; tg && i < n; i++) {
+        const struct ckpt_item *it = &c->items[nonempty[xorshift(&seed) % nn]];
+        tg[i].file = it->file;
+        tg[i].off = it->offset + xorshift(&seed) % it->length;
+        tg[i].item = ckpt_item_at(c, it->file, tg[i].off);
+    }
+    free(nonempty);
+    *out = tg;
+    return rc;
+}
+
+/* Time n lookups of tg in the index of checkpoint id: all in one read
+ * transaction (secs[0]), then the first nshort with a transaction per 1000
+ * (secs[1]); wrong answers added to *wrong. 0 or idxdb_begin's error. */
+static int bench_index(struct idxdb *db, uint64_t id, const struct target *tg, long n, long nshort,
+                       double secs[2], long *wrong, struct ckpt_err *e)
+{
+    struct idxdb_txn *t = NULL;
+    struct idxdb_span sp;
+    int rc = idxdb_begin(db, &t, e);
+    if (rc)
+        return rc;
+    double t0 = now();
+    for (long i = 0; i < n; i++)
+        if (idxdb_item_at(t, id, tg[i].file, tg[i].off, &sp) || sp.item != tg[i].item)
+            (*wrong)++;
+    secs[0] = now() - t0;
+    idxdb_end(t);
+    t = NULL;
+    t0 = now();
+    for (long i = 0; i < nshort; i++) {
+        if (i % 1000 == 0) {
+            idxdb_end(t);
+            t = NULL;
+            if ((rc = idxdb_begin(db, &t, e)))
+                return rc;
+        }
+        if (idxdb_item_at(t, id, tg[i].file, tg[i].off, &sp) || sp.item != tg[i].item)
+            (*wrong)++;
+    }
+    idxdb_end(t);
+    secs[1] = now() - t0;
+    return 0;
+}
+
 /* Times, for the checkpoint CKPT (a .metadata file or directory): reading
  * the metadata, the pickle parse alone, the full DCP extraction, building
  * the LMDB index, then N random "item at byte X of file F" lookups (X drawn
  * uniformly inside random non-empty items) in one read transaction, the
  * same with a transaction per 1000 lookups, and in memory (ckpt_item_at).
- * Every lookup's answer is checked against the model. */
+ * Every lookup's answer is checked against the model. The checkpoint is
+ * indexed under "bench:..." and dropped again on every way out. */
 static int index_bench(struct admin_opts *o)
 {
     int ex = need_args(o, 2, "index bench CKPT [--lookups N] [--cache-dir DIR]");
     if (ex)
         return ex;
+    if (o->lookups > BENCH_MAX_LOOKUPS) {
+        fprintf(stderr, "ckptfs-admin: --lookups is at most %ld\n", BENCH_MAX_LOOKUPS);
+        return EX_USAGE;
+    }
     long nlook = o->lookups > 0 ? o->lookups : 1000000;
     struct admin_src src;
     if ((ex = src_open(o, o->argv[1], &src)))
@@ -579,6 +650,9 @@ static int index_bench(struct admin_opts *o)
     size_t len = 0;
     struct ckpt *c = NULL;
     struct idxdb *db = NULL;
+    struct target *tg = NULL;
+    char key[600];
+    int put = 0; /* key is in the index: drop it on the way out */
     double t0 = now();
     int rc = ckpt_io_read_all(&src.io, meta, (size_t)1 << 32, &buf, &len);
     double t_read = now() - t0;
@@ -604,7 +678,6 @@ static int index_bench(struct admin_opts *o)
     }
     if ((ex = open_db(o, 1, &db)))
         goto out;
-    char key[600];
     snprintf(key, sizeof(key), "bench:%s/%s", src.root, meta);
     t0 = now();
     uint64_t id;
@@ -614,67 +687,30 @@ static int index_bench(struct admin_opts *o)
         ex = report(o, EX_DB, key, &e, rc);
         goto out;
     }
+    put = 1;
     uint64_t used = 0, map = 0;
     idxdb_stat(db, &used, &map);
-
-    /* lookup targets: random bytes inside random non-empty items */
-    uint32_t *nonempty = malloc(sizeof(uint32_t) * (c->nitems + 1));
-    size_t nn = 0;
-    for (uint32_t i = 0; nonempty && i < c->nitems; i++)
-        if (c->items[i].length)
-            nonempty[nn++] = i;
-    if (!nonempty || !nn) {
-        free(nonempty);
-        fprintf(stderr, "ckptfs-admin: nothing to look up\n");
-        ex = EX_NOTFOUND;
+    if ((rc = bench_targets(c, nlook, &tg))) {
+        ex = report_msg(o, exit_for(rc), src.url, rc, "%s",
+                        rc == CKPT_NOTFOUND ? "nothing to look up" : "out of memory");
         goto out;
     }
-    struct target {
-        uint32_t file, item;
-        uint64_t off;
-    } *tg = malloc(sizeof(*tg) * (size_t)nlook);
-    uint64_t seed = 0x9e3779b97f4a7c15ull;
-    for (long i = 0; tg && i < nlook; i++) {
-        const struct ckpt_item *it = &c->items[nonempty[xorshift(&seed) % nn]];
-        tg[i].file = it->file;
-        tg[i].off = it->offset + xorshift(&seed) % it->length;
-        tg[i].item = ckpt_item_at(c, it->file, tg[i].off);
-    }
-    free(nonempty);
-    if (!tg) {
-        ex = EX_IO;
+    long wrong = 0, nshort = nlook < 100000 ? nlook : 100000;
+    double secs[2];
+    if ((rc = bench_index(db, id, tg, nlook, nshort, secs, &wrong, &e))) {
+        ex = report(o, EX_DB, "index", &e, rc);
         goto out;
     }
-    long wrong = 0;
-    struct idxdb_txn *t;
-    struct idxdb_span sp;
-    idxdb_begin(db, &t, &e);
-    t0 = now();
-    for (long i = 0; i < nlook; i++)
-        if (idxdb_item_at(t, id, tg[i].file, tg[i].off, &sp) || sp.item != tg[i].item)
-            wrong++;
-    double t_look = now() - t0;
-    idxdb_end(t);
-    long nshort = nlook < 100000 ? nlook : 100000;
-    t0 = now();
-    t = NULL;
-    for (long i = 0; i < nshort; i++) {
-        if (i % 1000 == 0) {
-            idxdb_end(t);
-            idxdb_begin(db, &t, &e);
-        }
-        if (idxdb_item_at(t, id, tg[i].file, tg[i].off, &sp) || sp.item != tg[i].item)
-            wrong++;
-    }
-    idxdb_end(t);
-    double t_short = now() - t0;
     t0 = now();
     for (long i = 0; i < nlook; i++)
         if (ckpt_item_at(c, tg[i].file, tg[i].off) != tg[i].item)
             wrong++;
     double t_mem = now() - t0;
-    free(tg);
-    idxdb_drop(db, key, &e);
+    put = 0;
+    if ((rc = idxdb_drop(db, key, &e))) {
+        ex = report(o, EX_DB, key, &e, rc);
+        goto out;
+    }
     json_t *j =
         json_pack("{s:o,s:I,s:i,s:i,s:i,s:I,s:f,s:f,s:f,s:f,s:f,s:I,s:I,s:f,s:f,s:f,s:I}",
                   "metadata", json_bytes(src.url), "metadata_bytes", (json_int_t)len, "items",
@@ -682,7 +718,7 @@ static int index_bench(struct admin_opts *o)
                   "pickle_values", (json_int_t)nvalues, "read_s", t_read, "pickle_parse_s",
                   t_pickle, "parse_s", t_parse, "index_build_s", t_build, "parse_and_build_s",
                   t_parse + t_build, "index_bytes", (json_int_t)used, "lookups", (json_int_t)nlook,
-                  "lookups_per_s", nlook / t_look, "lookups_per_s_txn_per_1000", nshort / t_short,
+                  "lookups_per_s", nlook / secs[0], "lookups_per_s_txn_per_1000", nshort / secs[1],
                   "lookups_per_s_in_memory", nlook / t_mem, "wrong_answers", (json_int_t)wrong);
     if (o->json) {
         ex = json_out(j);
@@ -694,12 +730,15 @@ static int index_bench(struct admin_opts *o)
         printf("index size %" PRIu64 " bytes\n", used);
         printf("item-at-offset: %.0f lookups/s (one read txn), %.0f/s (txn per 1000), "
                "%.0f/s in memory; %ld wrong\n",
-               nlook / t_look, nshort / t_short, nlook / t_mem, wrong);
+               nlook / secs[0], nshort / secs[1], nlook / t_mem, wrong);
         json_decref(j);
     }
-    if (wrong)
+    if (wrong && !ex)
         ex = EX_CHECK;
 out:
+    if (put)
+        idxdb_drop(db, key, &e);
+    free(tg);
     free(buf);
     ckpt_free(c);
     idxdb_close(db);
