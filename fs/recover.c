@@ -476,11 +476,11 @@ static int every_id(const void *arg, const char *id)
     return 1;
 }
 
-/* The second sweep of one key (lock held, dropped for the requests): list
- * its uploads, then decide with what the mount holds now, after the
- * listing, so an upload this mount began meanwhile is never in the list
+/* One sweep of a key (the second sweep's, or after a begin whose answer was
+ * lost): list its uploads, then decide with what the mount holds now, after
+ * the listing, so an upload this mount began meanwhile is never in the list
  * and one it holds is kept. A key being uploaded is left alone. */
-static void sweep_key_again(struct stage *st, const char *key)
+void recover_sweep_key(struct stage *st, const char *key)
 {
     struct id_list l = {0};
     pthread_mutex_unlock(&st->lock);
@@ -508,7 +508,7 @@ double recover_sweep_again(struct stage *st)
     /* sweep_keys stays as it is while the lock is dropped: only this thread
      * and stage_close (after joining it) change it. */
     for (size_t i = 0; i < st->nsweep_keys && !st->stopping; i++)
-        sweep_key_again(st, st->sweep_keys[i]);
+        recover_sweep_key(st, st->sweep_keys[i]);
     recover_sweep_forget(st);
     pthread_cond_broadcast(&st->changed); /* a sync waits for the sweep */
     return 0;

@@ -139,7 +139,9 @@ struct store_ops {
 
     /* Start a multipart upload of path; upload_id gets its id (at most
      * STORE_UPLOAD_ID_MAX bytes with the NUL). Nothing is visible at path
-     * until mpu_complete(). */
+     * until mpu_complete(). 0; 1 (upload_id set too) when the request was
+     * sent again, so a lost answer may have begun another upload nobody
+     * holds; or -errno. */
     int (*mpu_begin)(struct store *s, const char *path, char upload_id[STORE_UPLOAD_ID_MAX]);
 
     /* Upload part->length bytes of fd at part->offset as part number

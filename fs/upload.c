@@ -553,6 +553,14 @@ static void run_job(void *arg)
 
     pthread_mutex_lock(&st->lock);
     int stopping = st->stopping && rc == -ESHUTDOWN;
+    if (j->kind == JOB_BEGIN && (rc > 0 || (rc < 0 && !stopping))) {
+        wf->stray_begin = 1; /* a lost answer may have begun an upload nobody holds */
+        if (rc > 0)
+            rc = 0;
+    }
+    int sweep = j->kind == JOB_COMPLETE && rc == 0 && wf->stray_begin;
+    if (sweep)
+        wf->stray_begin = 0;
     switch (j->kind) {
     case JOB_PUT:
         wf->parts[0].inflight = 0;
@@ -638,6 +646,8 @@ static void run_job(void *arg)
     }
     wf->jobs--;
     upload_kick(st, wf);
+    if (sweep) /* once this file's upload is done, so it is not in the listing */
+        recover_sweep_key(st, j->key);
     if (wf->unlinked && wf->jobs == 0) { /* the file that took its name may wait for this */
         kick_successor(st, wf, wf->path);
         if (wf->upload_key && strcmp(wf->upload_key, wf->path) != 0)

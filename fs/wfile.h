@@ -110,6 +110,7 @@ struct wfile {
     unsigned attempts;          /* failures in a row, for the retry backoff */
     unsigned complete_failures; /* of the current multipart upload's completion */
     double retry_at;            /* no new upload before this (after a failure) */
+    int stray_begin;            /* a begin failed or was retried: sweep the key once complete */
 
     /* commit */
     enum wf_commit commit;
@@ -276,6 +277,11 @@ void recover_journal(struct stage *st);
  * ends the sweep between keys. Returns when it is due (monotonic), or 0
  * once done or if none is pending. */
 double recover_sweep_again(struct stage *st);
+
+/* List key's multipart uploads and abort those no live file of this mount
+ * holds, unless a file of this mount is uploading key (lock held, dropped for
+ * the requests): the leftovers of a begin whose answer was lost. */
+void recover_sweep_key(struct stage *st, const char *key);
 
 /* 1 if the second sweep is still to pass key (lock held). */
 int recover_sweep_pending(const struct stage *st, const char *key);

@@ -145,3 +145,23 @@ def test_a_slow_server_side_copy_is_waited_for(dedicated_s3server, faultproxy, m
     proxy.set_policy(passthrough)
     assert store.get("c/dst.bin") == want
     assert store.get("c/src.bin") is None
+
+
+def is_create(req):
+    return req.method == "POST" and "uploads" in req.query and "uploadId=" not in req.query
+
+
+def test_a_create_whose_answer_was_cut_leaves_no_upload_behind(rgw_store, faultproxy, mounter):
+    """CreateMultipartUpload reached the store and its answer was cut: the client's retry
+    begins a second upload, and the first one used to stay on the store, parts and all,
+    until a crash recovery swept the key. It is aborted once the file is complete (§9).
+    radosgw: s3rver cannot list multipart uploads."""
+    proxy = faultproxy(rgw_store.server.port, policy=Always("cut", match=is_create, limit=1))
+    mnt = mounter(rgw_store, "--part-size", "5M", endpoint=proxy.endpoint)
+    want = harness.data(12 * MiB + 5, seed=41)
+    with open(mnt.p("lost-answer.bin"), "wb") as f:
+        f.write(want)
+    mnt.sync_until_ok(timeout=120)
+    assert rgw_store.get("lost-answer.bin") == want
+    assert proxy.summary().get("cut") == 1, proxy.summary()
+    assert not rgw_store.uploads(), f"multipart uploads left behind: {rgw_store.uploads()}"

@@ -555,6 +555,31 @@ Test(stage, remount_removes_an_empty_staging_file_the_crash_left_unnamed)
     cr_assert_eq(access(p, F_OK), 0, "the unnamed file with bytes is not where it should be");
 }
 
+Test(stage, a_begin_whose_answer_was_lost_leaves_no_upload_behind)
+{
+    /* CreateMultipartUpload reached the store, its answer did not: the
+     * retried begin makes a second upload, and the first one used to stay
+     * on the store (its parts billed) until a crash recovery swept the key. */
+    mem_store_lose_answer(mem, MEM_OP_MPU_BEGIN, -ETIMEDOUT, 1);
+    size_t n = 5 * 64 * 1024 + 7; /* multipart with the fixture's 64 KiB parts */
+    unsigned char *d = pattern(n, 21);
+    struct wfile *wf;
+    cr_assert_eq(stage_create(st, "r/lost-answer", &wf), 0);
+    stage_writer_open(st, wf);
+    cr_assert_eq(stage_write(st, wf, d, n, 0), (ssize_t)n);
+    stage_flush(st, wf); /* 0 or EIO, as the retry of the begin goes */
+    stage_writer_close(st, wf);
+    stage_put(st, wf);
+    int rc = -1;
+    for (int i = 0; i < 5 && rc != 0; i++)
+        rc = stage_sync(st, ""); /* the first may see the failed begin */
+    cr_assert_eq(rc, 0);
+    assert_stored("r/lost-answer", d, n);
+    cr_assert_eq(mem_store_calls(mem, MEM_OP_MPU_BEGIN), 2);
+    cr_assert_eq(mem_store_uploads_in_progress(mem), 0, "the first begin's upload was left behind");
+    free(d);
+}
+
 Test(stage, remount_cleans_an_upload_begun_for_a_file_never_journaled)
 {
     /* A seal starts the upload before its journal record is written: a crash
