@@ -44,7 +44,7 @@ static void usage(FILE *f)
           "                          interrupted (--json: one object per line)\n"
           "    --count N             stop --watch after N lines\n"
           "\n"
-          "options (a value as --opt VALUE or --opt=VALUE):\n"
+          "options (a value follows its option, or joins it after '='):\n"
           "  --json                  one JSON document on stdout (errors: {\"error\": ...})\n"
           "  --cache-dir DIR         index location (default $XDG_CACHE_HOME/ckptfs or\n"
           "                          ~/.cache/ckptfs); the LMDB files live in DIR/index/\n"
