@@ -51,6 +51,10 @@
 #define S3_ERROR_BODY_MAX (64 * 1024)
 #define S3_RECV_BUFFER (256 * 1024)
 #define S3_MIN_RATE (64 * 1024) /* bytes/s assumed by the hard timeout */
+/* Silence allowed while the server assembles (Copy, UploadPartCopy,
+ * Complete): S3 keeps such an answer alive with whitespace, but s3rver,
+ * and other servers, say nothing until they are done. */
+#define S3_ASSEMBLY_SILENCE_S 120L
 #define S3_USER_AGENT "ckptfs/0.1"
 #define S3_HASH_CHUNK (1u << 20) /* bytes read at a time to hash a file body */
 #define S3_MAX_HEADERS 16        /* signed headers of one request */
@@ -569,6 +573,14 @@ static void set_method(CURL *h, const struct s3_request *rq, struct body_reader 
         curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, rq->method);
 }
 
+/* How long rq may go without a byte moving (--timeout; longer for a request
+ * the server works on before it answers). */
+static long silence_seconds(const struct s3_client *s, const struct s3_request *rq)
+{
+    long t = (long)((s->request_timeout_ms + 999) / 1000);
+    return rq->error_in_200 && t < S3_ASSEMBLY_SILENCE_S ? S3_ASSEMBLY_SILENCE_S : t;
+}
+
 /* Send rq once on handle h; the outcome is in rs (transport_rc, status, body).
  * payload is the body's x-amz-content-sha256 value. */
 static void send_once(const struct s3_client *s, CURL *h, const struct s3_request *rq,
@@ -595,6 +607,7 @@ static void send_once(const struct s3_client *s, CURL *h, const struct s3_reques
         curl_easy_setopt(h, CURLOPT_WRITEDATA, rs);
         curl_easy_setopt(h, CURLOPT_ERRORBUFFER, rs->transport_err);
         curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, timeout_ms);
+        curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, silence_seconds(s, rq));
         rs->transport_rc = (int)curl_easy_perform(h);
         rs->body_errno = br.err;
         curl_easy_setopt(h, CURLOPT_HTTPHEADER, NULL);

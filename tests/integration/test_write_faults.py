@@ -147,6 +147,28 @@ def test_a_slow_server_side_copy_is_waited_for(dedicated_s3server, faultproxy, m
     assert store.get("c/src.bin") is None
 
 
+def test_a_silent_completion_is_waited_for(dedicated_s3server, faultproxy, mounter):
+    """§9: a server may say nothing while it assembles a large object (s3rver concatenates
+    the parts before it answers, over 10 s for 1 GiB in a loaded run): the completion is
+    not cut off by --timeout's silence, and not sent again while the first one works."""
+    store, proxy = checked_store(dedicated_s3server, faultproxy, "silentcomplete")
+
+    def slow_complete(req):
+        if is_complete(req):
+            time.sleep(3)  # three times --timeout without a byte
+        return "pass"
+
+    proxy.set_policy(slow_complete)
+    mnt = mounter(store, "--part-size", "5M", "--timeout", "1", endpoint=proxy.endpoint)
+    want = harness.data(12 * MiB + 5, seed=43)
+    with open(mnt.p("silent.bin"), "wb") as f:
+        f.write(want)
+    mnt.sync(timeout=120)  # EIO when the completion was cut off and retried in vain
+    assert store.get("silent.bin") == want
+    completes = [e for e in proxy.log if "uploadId=" in e[1] and e[1].startswith("POST")]
+    assert len(completes) == 1, completes
+
+
 def is_create(req):
     return req.method == "POST" and "uploads" in req.query and "uploadId=" not in req.query
 
