@@ -2,7 +2,8 @@
  * tests/unit/stage_fixture.h - the staging fixture the stage tests share
  * (test_stage.c, test_stage_replace.c): a stage over the in-memory store in
  * a scratch directory, 64 KiB parts (the mem store is told to accept them),
- * a CPU pressure the test sets, and helpers to write staged files.
+ * a CPU pressure the test sets, helpers to write staged files, and the
+ * torch 1.13 per-item fixture checkpoint, staged or put on the store.
  * Header-only: every test is its own executable.
  */
 #ifndef CKPTFS_STAGE_FIXTURE_H
@@ -13,9 +14,12 @@
 #include "test_util.h"
 
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define KiB 1024u
+#define CKPT CKPTFS_FIXTURES "/dcp-torch1.13/per_item"
 #define PART (64 * KiB)
 
 static char dir[] = "/tmp/ckptfs-test-stage-XXXXXX";
@@ -95,6 +99,45 @@ static inline void write_closing(const char *path, const unsigned char *data, si
 static inline void write_whole(const char *path, const unsigned char *data, size_t n, size_t chunk)
 {
     write_closing(path, data, n, chunk, 0);
+}
+
+/* 1 if the store holds an object at path. */
+static inline int stored(const char *path)
+{
+    size_t len;
+    void *b = mem_store_get(mem, path, &len);
+    free(b);
+    return b != NULL;
+}
+
+/* The fixture checkpoint's file name at key: staged through the stage, or
+ * put on the store directly. */
+static inline void put_fixture(const char *name, const char *key, int staged)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", CKPT, name);
+    size_t n;
+    char *b = slurp(path, &n);
+    if (staged)
+        write_whole(key, (unsigned char *)b, n, 4096);
+    else
+        mem_store_set(mem, key, b, n, NULL);
+    free(b);
+}
+
+/* Every shard of the fixture checkpoint on the store under ck/, but except. */
+static inline void store_shards_except(const char *except)
+{
+    DIR *d = opendir(CKPT);
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (!strstr(e->d_name, ".distcp") || (except && strcmp(e->d_name, except) == 0))
+            continue;
+        char key[512];
+        snprintf(key, sizeof key, "ck/%s", e->d_name);
+        put_fixture(e->d_name, key, 0);
+    }
+    closedir(d);
 }
 
 #endif

@@ -116,6 +116,15 @@ static struct ckindex_stats wait_settled(uint64_t n)
     return st;
 }
 
+/* ck/.metadata becomes another checkpoint's (the per-item fixture). */
+static void replace_metadata(void)
+{
+    size_t n;
+    void *b = slurp(CKPTFS_FIXTURES "/dcp-torch1.13/per_item/.metadata", &n);
+    cr_assert_eq(mem_store_set(ms, "ck/.metadata", b, n, NULL), 0);
+    free(b);
+}
+
 Test(ckindex, builds_then_a_reopen_reuses_the_stored_index)
 {
     cr_assert_eq(ckindex_is_checkpoint(ci, "ck"), 0);
@@ -208,10 +217,7 @@ Test(ckindex, changed_metadata_is_rebuilt)
     ckindex_notice(ci, "ck", &md);
     wait_settled(1);
     /* A new version (here: the other layout of the same model). */
-    size_t n;
-    void *b = slurp(CKPTFS_FIXTURES "/dcp-torch1.13/per_item/.metadata", &n);
-    cr_assert_eq(mem_store_set(ms, "ck/.metadata", b, n, NULL), 0);
-    free(b);
+    replace_metadata();
     struct store_stat md2 = stat_of("ck/.metadata");
     cr_assert_str_neq(md.etag, md2.etag);
     ckindex_notice(ci, "ck", &md2);
@@ -244,10 +250,7 @@ static void replace_on_read(void *arg, const struct mem_call *call)
     if (call->op != MEM_OP_READ || strcmp(call->path, "ck/.metadata") != 0 || replaced)
         return;
     replaced = 1;
-    size_t n;
-    void *b = slurp(CKPTFS_FIXTURES "/dcp-torch1.13/per_item/.metadata", &n);
-    cr_assert_eq(mem_store_set(ms, "ck/.metadata", b, n, NULL), 0);
-    free(b);
+    replace_metadata();
 }
 
 Test(ckindex, metadata_replaced_during_the_build_is_indexed_under_its_own_fingerprint)
@@ -346,10 +349,7 @@ static void replace_and_build_during_list(void *arg, const struct mem_call *call
     if (call->op != MEM_OP_LIST || overtaken)
         return;
     overtaken = 1;
-    size_t n;
-    void *b = slurp(CKPTFS_FIXTURES "/dcp-torch1.13/per_item/.metadata", &n);
-    cr_assert_eq(mem_store_set(ms, "ck/.metadata", b, n, NULL), 0);
-    free(b);
+    replace_metadata();
     struct store_stat md2 = stat_of("ck/.metadata");
     ckindex_notice(ci, "ck", &md2);
     wait_settled(1);

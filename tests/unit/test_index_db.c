@@ -421,7 +421,8 @@ Test(idxdb, key_limits)
     ckpt_free(c);
 }
 
-Test(idxdb, real_checkpoint_and_map_growth)
+/* The large torch 2.9 stub checkpoint, parsed. */
+static struct ckpt *large_fixture(void)
 {
     char path[512];
     snprintf(path, sizeof(path), "%s/dcp-stub/torch2.9+.p4.large.metadata", CKPTFS_FIXTURES);
@@ -437,6 +438,13 @@ Test(idxdb, real_checkpoint_and_map_growth)
     struct ckpt_err err;
     cr_assert_eq(dcp_parse(b, (size_t)n, NULL, &c, &err), 0, "%s", err.msg);
     free(b);
+    return c;
+}
+
+Test(idxdb, real_checkpoint_and_map_growth)
+{
+    struct ckpt *c = large_fixture();
+    struct ckpt_err err;
     struct idxdb_options o;
     idxdb_options_default(&o);
     o.map_size = 256 * 1024; /* far too small: forces growth */
@@ -501,25 +509,6 @@ Test(idxdb, overlapping_items)
     idxdb_end(t);
     idxdb_close(db);
     ckpt_free(c);
-}
-
-static struct ckpt *large_fixture(void)
-{
-    char path[512];
-    snprintf(path, sizeof(path), "%s/dcp-stub/torch2.9+.p4.large.metadata", CKPTFS_FIXTURES);
-    FILE *f = fopen(path, "rb");
-    cr_assert_not_null(f);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)n);
-    cr_assert_eq(fread(b, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
-    struct ckpt *c;
-    struct ckpt_err err;
-    cr_assert_eq(dcp_parse(b, (size_t)n, NULL, &c, &err), 0, "%s", err.msg);
-    free(b);
-    return c;
 }
 
 struct grower {

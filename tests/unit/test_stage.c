@@ -51,13 +51,6 @@ static void assert_stored(const char *path, const unsigned char *want, size_t n)
 }
 
 /* 1 if the store has an object at path. */
-static int stored(const char *path)
-{
-    size_t len;
-    void *b = mem_store_get(mem, path, &len);
-    free(b);
-    return b != NULL;
-}
 
 static double now(void)
 {
@@ -275,8 +268,6 @@ Test(stage, a_held_file_never_renamed_is_uploaded_after_its_hold)
 
 /* ---- commit ordering with a real torch 1.13 checkpoint ---- */
 
-#define CKPT CKPTFS_FIXTURES "/dcp-torch1.13/per_item"
-
 static atomic_int metadata_too_early;
 
 static void check_metadata_order(void *arg, const struct mem_call *c)
@@ -301,16 +292,6 @@ static void check_metadata_order(void *arg, const struct mem_call *c)
         free(got);
     }
     closedir(d);
-}
-
-static void stage_fixture_file(const char *name, const char *as)
-{
-    char path[1024];
-    snprintf(path, sizeof path, "%s/%s", CKPT, name);
-    size_t n;
-    char *b = slurp(path, &n);
-    write_whole(as, (unsigned char *)b, n, 4096);
-    free(b);
 }
 
 static const char *path_base_of(const char *p)
@@ -358,7 +339,7 @@ Test(stage, metadata_waits_for_every_shard_it_names)
     mem_store_set_hook(mem, check_metadata_order, NULL);
     mem_store_delay(mem, MEM_OP_PUT, 20000);
     /* .metadata first, then the shards: it must still go last */
-    stage_fixture_file(".metadata", "ck/.metadata");
+    put_fixture(".metadata", "ck/.metadata", 1);
     DIR *d = opendir(CKPT);
     struct dirent *e;
     int shards = 0;
@@ -367,7 +348,7 @@ Test(stage, metadata_waits_for_every_shard_it_names)
             continue;
         char as[512];
         snprintf(as, sizeof as, "ck/%s", e->d_name);
-        stage_fixture_file(e->d_name, as);
+        put_fixture(e->d_name, as, 1);
         shards++;
     }
     closedir(d);
@@ -414,23 +395,10 @@ Test(stage, metadata_counts_shards_written_by_another_node)
     cfg.fsync_remote = 0;
     open_stage();
     /* The shards arrive on the store from elsewhere (another mount), later. */
-    stage_fixture_file(".metadata", "ck/.metadata");
+    put_fixture(".metadata", "ck/.metadata", 1);
     usleep(300000);
     cr_assert_not(stored("ck/.metadata"));
-    DIR *d = opendir(CKPT);
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        if (!strstr(e->d_name, ".distcp"))
-            continue;
-        char key[512], path[1024];
-        snprintf(key, sizeof key, "ck/%s", e->d_name);
-        snprintf(path, sizeof path, "%s/%s", CKPT, e->d_name);
-        size_t n;
-        char *b = slurp(path, &n);
-        mem_store_set(mem, key, b, n, NULL);
-        free(b);
-    }
-    closedir(d);
+    store_shards_except(NULL);
     cr_assert_eq(stage_sync(st, ""), 0);
     cr_assert(stored("ck/.metadata"));
 }

@@ -21,16 +21,6 @@
 
 TestSuite(stage_journal, .init = stage_setup, .fini = stage_teardown, .timeout = 60);
 
-#define CKPT CKPTFS_FIXTURES "/dcp-torch1.13/per_item"
-
-static int stored(const char *path)
-{
-    size_t len;
-    void *b = mem_store_get(mem, path, &len);
-    free(b);
-    return b != NULL;
-}
-
 /* semantics.md §6: "On timeout the .metadata stays staged ... the next seal or
  * sync tries again." Once the shards are there, a sync must publish it. */
 Test(stage_journal, a_timed_out_metadata_is_retried_by_the_next_sync)
@@ -39,29 +29,11 @@ Test(stage_journal, a_timed_out_metadata_is_retried_by_the_next_sync)
     cfg.commit_timeout = 0.3;
     cfg.fsync_remote = 0; /* close does not wait */
     open_stage();
-    char path[1024];
-    snprintf(path, sizeof path, "%s/.metadata", CKPT);
-    size_t n;
-    char *b = slurp(path, &n);
-    write_whole("ck/.metadata", (unsigned char *)b, n, 4096);
-    free(b);
+    put_fixture(".metadata", "ck/.metadata", 1);
     cr_assert_eq(stage_sync(st, ""), -EIO, "no shards: the commit times out");
     cr_assert_not(stored("ck/.metadata"));
     /* Now the shards arrive (another node, or a retried save). */
-    DIR *d = opendir(CKPT);
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        if (!strstr(e->d_name, ".distcp"))
-            continue;
-        char key[512], p[1024];
-        snprintf(key, sizeof key, "ck/%s", e->d_name);
-        snprintf(p, sizeof p, "%s/%s", CKPT, e->d_name);
-        size_t m;
-        char *s = slurp(p, &m);
-        mem_store_set(mem, key, s, m, NULL);
-        free(s);
-    }
-    closedir(d);
+    store_shards_except(NULL);
     int rc = -1;
     for (int i = 0; i < 5 && rc != 0; i++) {
         rc = stage_sync(st, "");
@@ -99,6 +71,22 @@ static void *writer_thread(void *arg)
     stage_write(st, w->wf, w->buf, w->len, w->off);
     w->done = 1;
     return NULL;
+}
+
+/* A file at path with data, sealed and durable, in staged mode with the
+ * store down (so it stays staged). */
+static struct wfile *sealed_durable_file(const char *path, const unsigned char *data, size_t n)
+{
+    stage_close(st);
+    cfg.fsync_remote = 0;
+    open_stage();
+    mem_store_fail(mem, MEM_OP_ALL, -EIO, -1);
+    struct wfile *wf;
+    cr_assert_eq(stage_create(st, path, &wf), 0);
+    stage_writer_open(st, wf);
+    cr_assert_eq(stage_write(st, wf, data, n, 0), (ssize_t)n);
+    stage_fsync(st, wf);
+    return wf;
 }
 
 /* Hold the journal's writes: a child process opens the stage's LMDB
@@ -156,16 +144,8 @@ static void let_journal_write(pid_t pid, int release)
  * for a slow fdatasync); the "crash" is a copy of the cache directory. */
 Test(stage_journal, a_second_writer_waits_for_the_record_that_unseals)
 {
-    stage_close(st);
-    cfg.fsync_remote = 0;
-    open_stage();
-    mem_store_fail(mem, MEM_OP_ALL, -EIO, -1); /* nothing reaches the store here */
     unsigned char *orig = pattern(1000, 7);
-    struct wfile *wf;
-    cr_assert_eq(stage_create(st, "f", &wf), 0);
-    stage_writer_open(st, wf);
-    cr_assert_eq(stage_write(st, wf, orig, 1000, 0), 1000);
-    stage_fsync(st, wf); /* sealed and durable in the journal (upload fails: fine) */
+    struct wfile *wf = sealed_durable_file("f", orig, 1000);
 
     int release;
     pid_t pid = hold_journal_writes(&release);
@@ -235,16 +215,8 @@ Test(stage_journal, rewriting_a_durably_sealed_file_syncs_the_record_that_unseal
      * the rewritten bytes may reach the disk anyway (early writeback). The
      * record that says "no longer sealed" is forced to disk before they
      * change, or recovery would publish them as the durable version. */
-    stage_close(st);
-    cfg.fsync_remote = 0;
-    open_stage();
-    mem_store_fail(mem, MEM_OP_ALL, -EIO, -1); /* it stays staged */
     unsigned char *d = pattern(1000, 9);
-    struct wfile *wf;
-    cr_assert_eq(stage_create(st, "g", &wf), 0);
-    stage_writer_open(st, wf);
-    cr_assert_eq(stage_write(st, wf, d, 1000, 0), 1000);
-    stage_fsync(st, wf); /* sealed and durable */
+    struct wfile *wf = sealed_durable_file("g", d, 1000);
     uint64_t syncs = journal_sync_count(st->journal);
     cr_assert_eq(stage_write(st, wf, "x", 1, 10), 1);
     cr_assert_eq(journal_sync_count(st->journal), syncs + 1,
@@ -277,16 +249,8 @@ Test(stage_journal, a_truncate_of_a_sealed_file_unseals_its_record_first)
      * that unseals it: a crash in between found a staging file shorter than
      * its sealed record, and the sealed content went to recovered/ instead of
      * the store. */
-    stage_close(st);
-    cfg.fsync_remote = 0;
-    open_stage();
-    mem_store_fail(mem, MEM_OP_ALL, -EIO, -1);
     unsigned char *d = pattern(1000, 11);
-    struct wfile *wf;
-    cr_assert_eq(stage_create(st, "h", &wf), 0);
-    stage_writer_open(st, wf);
-    cr_assert_eq(stage_write(st, wf, d, 1000, 0), 1000);
-    stage_fsync(st, wf); /* sealed and durable */
+    struct wfile *wf = sealed_durable_file("h", d, 1000);
     int release;
     pid_t pid = hold_journal_writes(&release);
     struct trunc t = {wf, 10, 0};

@@ -14,8 +14,6 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#define CKPT CKPTFS_FIXTURES "/dcp-torch1.13/per_item"
-
 TestSuite(replace, .init = stage_setup, .fini = stage_teardown, .timeout = 60);
 
 /* ---- 1: rename onto a staged file whose upload is still in flight ---- */
@@ -81,36 +79,6 @@ static void reopen_staged_mode(void)
     stage_close(st);
     cfg.fsync_remote = 0;
     open_stage();
-}
-
-/* The fixture checkpoint's file name at key: staged through the stage, or
- * put on the store directly. */
-static void put_fixture(const char *name, const char *key, int staged)
-{
-    char path[1024];
-    snprintf(path, sizeof path, "%s/%s", CKPT, name);
-    size_t n;
-    char *b = slurp(path, &n);
-    if (staged)
-        write_whole(key, (unsigned char *)b, n, n);
-    else
-        mem_store_set(mem, key, b, n, NULL);
-    free(b);
-}
-
-/* Every shard of the fixture checkpoint on the store under ck/, but except. */
-static void store_shards_except(const char *except)
-{
-    DIR *d = opendir(CKPT);
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        if (!strstr(e->d_name, ".distcp") || (except && strcmp(e->d_name, except) == 0))
-            continue;
-        char key[512];
-        snprintf(key, sizeof key, "ck/%s", e->d_name);
-        put_fixture(e->d_name, key, 0);
-    }
-    closedir(d);
 }
 
 Test(replace, rename_of_a_metadata_during_its_check)
