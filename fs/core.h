@@ -95,8 +95,15 @@ void core_write_end(struct core *core, struct core_file *f, uint64_t off, size_t
                     ssize_t written);
 /* Set the size of an open file (f) or of the file at path (f NULL). */
 int core_truncate(struct core *core, const char *path, struct core_file *f, uint64_t size);
-/* close(): publish what the handle wrote (see stage_flush). */
-int core_flush(struct core *core, struct core_file *f);
+/* Remember which process (thread group id) opened f; 0 = unknown. */
+void core_file_set_opener(struct core_file *f, pid_t process);
+/* The process core_file_set_opener noted, 0 if none. */
+pid_t core_file_opener(const struct core_file *f);
+/* close() by process (0 = unknown): publish what the handle wrote (see
+ * stage_flush). Every close(2) of a descriptor sends one, also a forked
+ * child's close of one it inherited: a close by another process than the
+ * opener seals nothing (the last close, core_release, still does). */
+int core_flush(struct core *core, struct core_file *f, pid_t process);
 /* fsync(): per --fsync (see stage_fsync). */
 int core_fsync(struct core *core, struct core_file *f);
 int core_unlink(struct core *core, const char *path);

@@ -166,8 +166,20 @@ int core_truncate(struct core *core, const char *path, struct core_file *f, uint
     return rc;
 }
 
-int core_flush(struct core *core, struct core_file *f)
+void core_file_set_opener(struct core_file *f, pid_t process)
 {
+    f->opener = process;
+}
+
+pid_t core_file_opener(const struct core_file *f)
+{
+    return f->opener;
+}
+
+int core_flush(struct core *core, struct core_file *f, pid_t process)
+{
+    if (f->opener && process && process != f->opener)
+        return 0; /* e.g. a child exiting with an inherited descriptor mid-write */
     return f->wf && f->writable ? stage_flush(core->stage, f->wf) : 0;
 }
 

@@ -111,6 +111,54 @@ def _write_half(path, seed, size, half):
         os.close(fd)
 
 
+def _appears_within(store, relpath, seconds):
+    """store has relpath within seconds (uploads of sealed files start at once)."""
+    deadline = time.monotonic() + seconds * harness.slow_factor()
+    while time.monotonic() < deadline:
+        if store.get(relpath) is not None:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_only_the_openers_close_seals(wstore, mounter):
+    """§2: FUSE sends a flush for every close(2), also a forked child's close of a
+    descriptor it inherited (a DataLoader worker exiting mid-save). Only a close by
+    the process that opened the file seals it; any thread of that process will do."""
+    mnt = mounter(wstore)
+    first, rest = harness.data(300000, seed=7), harness.data(200000, seed=8)
+    fd = os.open(mnt.p("forked.bin"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, first)
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0)  # the exit closes the inherited descriptor: a flush from the child
+        assert os.waitpid(pid, 0)[1] == 0
+        assert not _appears_within(wstore, "forked.bin", 1.5), \
+            "a forked child's close published a half-written file"
+        os.write(fd, rest)
+    finally:
+        os.close(fd)
+    mnt.sync()
+    assert wstore.get("forked.bin") == first + rest
+    assert mnt.stats()["write"]["put_requests"] == 1
+
+    # Another thread of the opener closes a duplicate: that is the opener's close
+    # (FUSE names the thread; the mount maps it to its process).
+    fd = os.open(mnt.p("threaded.bin"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, first)
+        dup = os.dup(fd)
+        t = threading.Thread(target=os.close, args=(dup,))
+        t.start()
+        t.join()
+        assert _appears_within(wstore, "threaded.bin", 30), "a thread's close did not seal"
+    finally:
+        os.close(fd)
+    mnt.sync()
+    assert wstore.get("threaded.bin") == first
+
+
 def test_two_processes_write_ranges_of_one_file(wstore, mounter):
     """§1: two processes write different ranges of one file at the same time."""
     size = 2 * PART + 777

@@ -51,7 +51,7 @@ static void write_all(const char *path, const char *text)
     cr_assert_eq(core_create_file(core, path, O_WRONLY, &f), 0);
     size_t n = strlen(text);
     cr_assert_eq(core_write(core, f, text, n, 0), (ssize_t)n);
-    cr_assert_eq(core_flush(core, f), 0);
+    cr_assert_eq(core_flush(core, f, 0), 0);
     core_release(core, f);
 }
 
@@ -94,12 +94,55 @@ Test(core_write, read_your_writes_then_published)
     char buf[16] = {0};
     cr_assert_eq(core_read(core, f, buf, sizeof buf, 2), 4);
     cr_assert_str_eq(buf, "cdef");
-    cr_assert_eq(core_flush(core, f), 0);
+    cr_assert_eq(core_flush(core, f, 0), 0);
     core_release(core, f);
     cr_assert(!stored_is("d/x", "abcdef"), "published before its upload could finish");
     cr_assert_eq(core_sync(core, "/"), 0);
     cr_assert(stored_is("d/x", "abcdef"));
     cr_assert(listed("/d", "x"));
+}
+
+/* The store has path with any content, within about a second (uploads are
+ * not held back in remote mode). */
+static int appears_soon(const char *path)
+{
+    for (int i = 0; i < 100; i++) {
+        size_t len;
+        char *got = mem_store_get(mem, path, &len);
+        free(got);
+        if (got)
+            return 1;
+        usleep(10000);
+    }
+    return 0;
+}
+
+Test(core_write, a_close_by_another_process_than_the_opener_seals_nothing)
+{
+    /* FUSE sends a flush for every close(2), also a forked child's close of
+     * a descriptor it inherited (a DataLoader worker exiting, say) while
+     * the parent is still writing: that must not publish half a file. */
+    struct core_file *f;
+    cr_assert_eq(core_create_file(core, "/half", O_WRONLY, &f), 0);
+    core_file_set_opener(f, 100);
+    cr_assert_eq(core_write(core, f, "first ", 6, 0), 6);
+    cr_assert_eq(core_flush(core, f, 200), 0);
+    cr_assert(!appears_soon("half"), "a child's close published a half-written file");
+    cr_assert_eq(core_write(core, f, "second", 6, 6), 6);
+    cr_assert_eq(core_flush(core, f, 100), 0);
+    cr_assert_eq(core_sync(core, "/"), 0);
+    cr_assert(stored_is("half", "first second"));
+    core_release(core, f);
+
+    /* The opener went first: the last close (release) still seals. */
+    cr_assert_eq(core_create_file(core, "/late", O_WRONLY, &f), 0);
+    core_file_set_opener(f, 100);
+    cr_assert_eq(core_write(core, f, "by the child", 12, 0), 12);
+    cr_assert_eq(core_flush(core, f, 200), 0);
+    core_release(core, f);
+    cr_assert(appears_soon("late"), "the last close did not seal");
+    cr_assert_eq(core_sync(core, "/"), 0);
+    cr_assert(stored_is("late", "by the child"));
 }
 
 Test(core_write, a_rewrite_shows_its_size_while_an_older_reader_is_open)
