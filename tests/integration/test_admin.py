@@ -266,6 +266,29 @@ def test_usage_errors():
     assert "exit codes" in run("--help").stdout
 
 
+def test_usage_errors_with_json():
+    # with --json anywhere on the line, a usage error is also a JSON error
+    # document on stdout (stdout was empty); exit 2 either way, and without
+    # --json stdout stays empty
+    p = os.path.join(FIX, "dcp-torch1.13", "per_rank")
+    cases = [(), ("frobnicate",), ("ls",), ("index",), ("index", "frob"),
+             ("index", "at", p, "f", "0", "--next", "x"), ("index", "at", p, "f", "0", "--next=-1"),
+             ("index", "at", p, "f", "nan"), ("ls", p, "--no-such-option"), ("ls", p, "--cache-dir"),
+             ("stats", p, "--watch", "0"), ("index", "bench", p, "--lookups", 10 ** 12)]
+    for args in cases:
+        for where in ("first", "last"):
+            line = ("--json",) + args if where == "first" else args + ("--json",)
+            if args[-1:] == ("--cache-dir",) and where == "last":
+                continue   # "--json" would be the cache dir
+            p_json = run(*line, ok=(EX_USAGE,))
+            j = json.loads(p_json.stdout)
+            err = j["error"]
+            assert err["code"] == "EUSAGE" and err["message"], (line, j)
+            assert err["message"] in p_json.stderr, (line, j, p_json.stderr)
+        p_plain = run(*args, ok=(EX_USAGE,))
+        assert p_plain.stdout == "" and p_plain.stderr, args
+
+
 def test_json_names_that_are_not_utf8(tmp_path):
     # a path whose bytes are not UTF-8 (b"ck\xff"): every --json output is
     # still one JSON document, the bad byte shown as U+FFFD (it was empty, exit 0)

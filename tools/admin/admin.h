@@ -59,8 +59,13 @@ void src_close(struct admin_src *src);
  * file or index json). 0 or an exit code; prints the error. */
 int src_load(const struct admin_opts *o, struct admin_src *src, struct ckpt **out);
 
-/* 0 if the verb got nargs positional arguments, else prints
- * "usage: ckptfs-admin SYNOPSIS" and returns EX_USAGE. */
+/* A bad command line: the message (printf-style) on stderr, prefixed with
+ * "ckptfs-admin: " unless it starts with "usage:", and with --json also a
+ * {"error": {"code": "EUSAGE", ...}} object on stdout. Returns EX_USAGE. */
+int usage_error(const struct admin_opts *o, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* 0 if the verb got nargs positional arguments, else a usage_error()
+ * "usage: ckptfs-admin SYNOPSIS" (EX_USAGE). */
 int need_args(const struct admin_opts *o, int nargs, const char *synopsis);
 /* need_args, then src_open and src_load of argv[0]. 0, or an exit code with
  * nothing left open; on 0 the caller frees *c and closes src. */

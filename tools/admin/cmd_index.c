@@ -431,8 +431,7 @@ static int index_at(struct admin_opts *o)
     errno = 0;
     unsigned long long off = strtoull(arg, &end, hex ? 16 : 10);
     if (*end || !*arg || arg[0] == '-' || errno == ERANGE) {
-        fprintf(stderr, "ckptfs-admin: bad offset '%s'\n", o->argv[3]);
-        return EX_USAGE;
+        return usage_error(o, "bad offset '%s'", o->argv[3]);
     }
     struct qctx q;
     if ((ex = query_open(o, o->argv[1], &q)))
@@ -636,8 +635,7 @@ static int index_bench(struct admin_opts *o)
     if (ex)
         return ex;
     if (o->lookups > BENCH_MAX_LOOKUPS) {
-        fprintf(stderr, "ckptfs-admin: --lookups is at most %ld\n", BENCH_MAX_LOOKUPS);
-        return EX_USAGE;
+        return usage_error(o, "--lookups is at most %ld", BENCH_MAX_LOOKUPS);
     }
     long nlook = o->lookups > 0 ? o->lookups : 1000000;
     struct admin_src src;
@@ -757,6 +755,5 @@ int cmd_index(struct admin_opts *o)
     for (size_t i = 0; i < sizeof(subs) / sizeof(subs[0]); i++)
         if (strcmp(sub, subs[i].name) == 0)
             return subs[i].fn(o);
-    fprintf(stderr, "usage: ckptfs-admin index rebuild|ls|files|at|where ... (see --help)\n");
-    return EX_USAGE;
+    return usage_error(o, "usage: ckptfs-admin index rebuild|ls|files|at|where ... (see --help)");
 }

@@ -87,8 +87,7 @@ static int set_value(struct admin_opts *o, const char *name, const char *v)
         if (v)
             *ndst[i] = strtol(v, &end, 10);
         if (v && (!*v || *end || *ndst[i] < 0)) {
-            fprintf(stderr, "ckptfs-admin: %s wants a count\n", name);
-            return EX_USAGE;
+            return usage_error(o, "%s wants a count", name);
         }
         return 0;
     }
@@ -108,8 +107,7 @@ static int watch_opt(struct admin_opts *o, const char *v, int argc, char **argv,
     }
     o->watch = v ? strtod(v, &end) : 1.0;
     if ((v && *end) || !(o->watch > 0) || o->watch > 86400) {
-        fprintf(stderr, "ckptfs-admin: --watch wants seconds > 0\n");
-        return EX_USAGE;
+        return usage_error(o, "--watch wants seconds > 0");
     }
     return 0;
 }
@@ -140,13 +138,11 @@ static int parse_opt(struct admin_opts *o, int argc, char **argv, int *i)
     } else if (set_value(o, name, NULL) == 0) {
         const char *v = eq ? eq + 1 : *i + 1 < argc ? argv[++*i] : NULL;
         if (!v) {
-            fprintf(stderr, "ckptfs-admin: %s needs a value\n", a);
-            return EX_USAGE;
+            return usage_error(o, "%s needs a value", a);
         }
         return set_value(o, name, v) ? EX_USAGE : -1;
     } else {
-        fprintf(stderr, "ckptfs-admin: unknown option %s (see --help)\n", a);
-        return EX_USAGE;
+        return usage_error(o, "unknown option %s (see --help)", a);
     }
     return -1;
 }
@@ -159,6 +155,10 @@ int main(int argc, char **argv)
     if (!pos)
         return EX_IO;
     int npos = 0;
+    /* --json anywhere (before "--") asks for JSON usage errors too, also
+     * for an error met before the option parser reaches it */
+    for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++)
+        o.json |= strcmp(argv[i], "--json") == 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--") == 0) {
@@ -177,7 +177,7 @@ int main(int argc, char **argv)
     if (npos == 0) {
         usage(stderr);
         free(pos);
-        return EX_USAGE;
+        return o.json ? usage_error(&o, "no verb (see --help)") : EX_USAGE;
     }
     static const struct {
         const char *name;
@@ -191,10 +191,8 @@ int main(int argc, char **argv)
     for (size_t v = 0; v < sizeof(verbs) / sizeof(verbs[0]); v++)
         if (strcmp(pos[0], verbs[v].name) == 0)
             ex = verbs[v].fn(&o);
-    if (ex < 0) {
-        fprintf(stderr, "ckptfs-admin: unknown verb '%s' (see --help)\n", pos[0]);
-        ex = EX_USAGE;
-    }
+    if (ex < 0)
+        ex = usage_error(&o, "unknown verb '%s' (see --help)", pos[0]);
     free(pos);
     fflush(stdout);
     return ex;

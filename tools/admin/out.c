@@ -302,12 +302,26 @@ int src_load(const struct admin_opts *o, struct admin_src *src, struct ckpt **ou
     return 0;
 }
 
+int usage_error(const struct admin_opts *o, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "%s%s\n", strncmp(msg, "usage:", 6) == 0 ? "" : "ckptfs-admin: ", msg);
+    if (o && o->json)
+        json_out(json_pack("{s:{s:s,s:i,s:s,s:o,s:s}}", "error", "code", "EUSAGE", "errno", -EINVAL,
+                           "what", "usage", "message", json_bytes(msg), "strerror",
+                           ckpt_strerror(-EINVAL)));
+    return EX_USAGE;
+}
+
 int need_args(const struct admin_opts *o, int nargs, const char *synopsis)
 {
     if (o->argc == nargs)
         return 0;
-    fprintf(stderr, "usage: ckptfs-admin %s\n", synopsis);
-    return EX_USAGE;
+    return usage_error(o, "usage: ckptfs-admin %s", synopsis);
 }
 
 int admin_load_ckpt(const struct admin_opts *o, int nargs, const char *synopsis,
