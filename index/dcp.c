@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "strmap.h"
+#include "utf8.h"
 
 #define BYTES_FLAG 0x80000000u
 #define DCP_MAX_FIELDS 64
@@ -843,6 +844,17 @@ static void repr_for_json(const struct pkl_value *v, char *buf, size_t len, size
             *s = '?';
 }
 
+/* A JSON string of the str s[0..n): an encoded surrogate (Python's
+ * surrogatepass) or NUL, which JSON text cannot carry as such, becomes
+ * U+FFFD, as in the admin tool's output. NULL only when out of memory. */
+static json_t *json_lossy(const char *s, size_t n)
+{
+    char *u = ckpt_utf8_lossy(s, n, &n);
+    json_t *r = u ? json_stringn(u, n) : NULL;
+    free(u);
+    return r;
+}
+
 static json_t *to_json(struct jctx *J, const struct pkl_value *v, int depth)
 {
     if (!v)
@@ -872,10 +884,8 @@ static json_t *to_json(struct jctx *J, const struct pkl_value *v, int depth)
     case PKL_STR:
         if (charge(J, v->u.str.len, v))
             return NULL;
-        r = json_stringn(v->u.str.s, v->u.str.len);
-        if (!r)
-            return jfail(J, CKPT_EENCODING, "holds a str JSON cannot represent (a surrogate)", v);
-        return r;
+        r = json_lossy(v->u.str.s, v->u.str.len);
+        break;
     case PKL_TUPLE:
     case PKL_LIST:
     case PKL_SET:
@@ -923,13 +933,14 @@ static json_t *to_json(struct jctx *J, const struct pkl_value *v, int depth)
                 json_decref(o);
                 return NULL;
             }
-            if (json_object_setn_new(o, ks, kl, x)) {
+            char *key = ckpt_utf8_lossy(ks, kl, &kl);
+            if (!key || json_object_setn_new(o, key, kl, x)) {
+                if (!key)
+                    json_decref(x);
                 json_decref(o);
-                if (k->type == PKL_STR)
-                    return jfail(J, CKPT_EENCODING,
-                                 "has a dict key JSON cannot represent (a surrogate)", k);
                 o = NULL;
             }
+            free(key);
         }
         r = o;
         break;

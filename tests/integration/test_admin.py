@@ -320,6 +320,33 @@ def test_json_names_that_are_not_utf8(tmp_path):
     assert w["chunks"], w
 
 
+def test_dump_keeps_pickle_strings_json_cannot_carry(tmp_path):
+    # strs in the pickle holding an encoded surrogate (Python's surrogatepass
+    # writes U+D800 as ED A0 80), which Jansson refuses: dump succeeds and
+    # keeps every field, each bad byte shown as U+FFFD (a key failed the
+    # parse through planner_data, exit 3; checkpoint_id and version were left
+    # out of the output)
+    stub = os.path.join(FIX, "dcp-stub")
+    key = open(os.path.join(stub, "torch2.9+.p4.metadata"), "rb").read()
+    key = key.replace(b"\x8c\x10model.big.weight", b"\x8c\x10model.\xed\xa0\x80.weight")
+    meta = open(os.path.join(stub, "torch2.9+.p4.str-checkpoint-id.metadata"), "rb").read()
+    meta = meta.replace(b"\x8c\x19s3://bucket/ckpt/step_100", b"\x8c\x19s3://bucket/ckpt/\xed\xa0\x80p_100")
+    meta = meta.replace(b"\x8c\x051.0.0", b"\x8c\x051\xed\xa0\x800")
+    (tmp_path / "key.metadata").write_bytes(key)
+    (tmp_path / "meta.metadata").write_bytes(meta)
+    shown = "model.\ufffd\ufffd\ufffd.weight"
+    _, j = run_json("dump", tmp_path / "key.metadata")
+    assert shown in [t["fqn"] for t in j["tensors"]], j["tensors"]
+    assert shown in [s["fqn"] for s in j["storage"]]
+    assert shown in j["planner_data"], j["planner_data"]
+    _, ls = run_json("ls", tmp_path / "key.metadata")
+    assert shown in [t["fqn"] for t in ls["tensors"]]
+    run_json("inspect", tmp_path / "key.metadata")
+    _, j = run_json("dump", tmp_path / "meta.metadata")
+    assert j["storage_meta"]["checkpoint_id"] == "s3://bucket/ckpt/\ufffd\ufffd\ufffdp_100", j
+    assert j["version"] == "1\ufffd\ufffd\ufffd0", j
+
+
 def test_json_errors_opening_the_source(tmp_path):
     # a path or URL that cannot be opened, a cache dir that cannot be made:
     # one JSON error document on stdout (stdout was empty)

@@ -498,7 +498,7 @@ static int index_where(struct admin_opts *o)
     if (kind == CKPT_ITEM_TENSOR) {
         if (idxdb_tensor_get(q.t, q.c.id, idx, &t) == 0) {
             nitems = t.nchunks;
-            json_object_set_new(j, "dtype", json_stringn(t.dtype, t.dtype_len));
+            json_object_set_new(j, "dtype", json_bytesn(t.dtype, t.dtype_len));
             json_t *sh = json_array();
             for (uint32_t d = 0; d < t.ndim; d++)
                 json_array_append_new(sh, json_integer(idxdb_i64(t.size, d)));

@@ -65,9 +65,9 @@ int cmd_ls(struct admin_opts *o)
         for (uint32_t t = 0; t < c->ntensors; t++) {
             const struct ckpt_tensor *tt = &c->tensors[t];
             json_array_append_new(
-                ts, json_pack("{s:o,s:s,s:o,s:I,s:o}", "fqn", json_bytes(tt->fqn), "dtype",
-                              tt->dtype, "shape", json_i64_array(tt->size, tt->ndim), "nbytes",
-                              (json_int_t)tensor_nbytes(tt), "chunks", chunks_json(tt)));
+                ts, json_pack("{s:o,s:o,s:o,s:I,s:o}", "fqn", json_bytes(tt->fqn), "dtype",
+                              json_bytes(tt->dtype), "shape", json_i64_array(tt->size, tt->ndim),
+                              "nbytes", (json_int_t)tensor_nbytes(tt), "chunks", chunks_json(tt)));
         }
         ex = json_out(json_pack("{s:o,s:s,s:o,s:o}", "checkpoint", json_bytes(src.url), "format",
                                 format_name(c->format), "tensors", ts, "bytes", bytes_json(c)));
@@ -149,8 +149,8 @@ int cmd_where(struct admin_opts *o)
             json_decref(ij);
             json_array_append_new(chunks, j);
         }
-        ex = json_out(json_pack("{s:o,s:s,s:s,s:o,s:o}", "fqn", json_bytes(t->fqn), "kind",
-                                "tensor", "dtype", t->dtype, "shape",
+        ex = json_out(json_pack("{s:o,s:s,s:o,s:o,s:o}", "fqn", json_bytes(t->fqn), "kind",
+                                "tensor", "dtype", json_bytes(t->dtype), "shape",
                                 json_i64_array(t->size, t->ndim), "chunks", chunks));
     } else {
         printf("%s  %s %s\n", t->fqn, t->dtype, fmt_shape(shape, sizeof(shape), t->size, t->ndim));
@@ -188,15 +188,16 @@ static json_t *dump_dcp(const struct admin_opts *o, struct admin_src *src, const
     json_object_set_new(j, "source", json_bytes(c->source));
     json_object_set_new(j, "pickle_protocol", json_integer(d->protocol));
     json_object_set_new(j, "writer_style",
-                        json_pack("{s:s?,s:s?}", "enum", d->enum_style, "path", d->path_style));
-    json_object_set_new(j, "metadata_class", json_string(d->metadata_class));
+                        json_pack("{s:o,s:o}", "enum", json_bytes(d->enum_style), "path",
+                                  json_bytes(d->path_style)));
+    json_object_set_new(j, "metadata_class", json_bytes(d->metadata_class));
     json_t *a = json_array();
     for (uint32_t i = 0; i < d->nfields; i++)
-        json_array_append_new(a, json_string(d->fields[i]));
+        json_array_append_new(a, json_bytes(d->fields[i]));
     json_object_set_new(j, "metadata_fields", a);
     a = json_array();
     for (uint32_t i = 0; i < d->nglobals; i++)
-        json_array_append_new(a, json_string(d->globals[i]));
+        json_array_append_new(a, json_bytes(d->globals[i]));
     json_object_set_new(j, "globals", a);
     const char *names[256];
     size_t n = 0;
@@ -220,11 +221,12 @@ static json_t *dump_dcp(const struct admin_opts *o, struct admin_src *src, const
         const struct ckpt_tensor *tt = &c->tensors[t];
         json_array_append_new(
             ts,
-            json_pack("{s:o,s:s,s:i,s:o,s:{s:s,s:s,s:b,s:s,s:b},s:o}", "fqn", json_bytes(tt->fqn),
-                      "dtype", tt->dtype, "element_size", (int)(tt->elem_bits / 8), "size",
-                      json_i64_array(tt->size, tt->ndim), "properties", "dtype", tt->dtype,
-                      "layout", tt->layout, "requires_grad", tt->requires_grad, "memory_format",
-                      tt->memory_format, "pin_memory", tt->pin_memory, "chunks", chunks_json(tt)));
+            json_pack("{s:o,s:o,s:i,s:o,s:{s:o,s:o,s:b,s:o,s:b},s:o}", "fqn", json_bytes(tt->fqn),
+                      "dtype", json_bytes(tt->dtype), "element_size", (int)(tt->elem_bits / 8),
+                      "size", json_i64_array(tt->size, tt->ndim), "properties", "dtype",
+                      json_bytes(tt->dtype), "layout", json_bytes(tt->layout), "requires_grad",
+                      tt->requires_grad, "memory_format", json_bytes(tt->memory_format),
+                      "pin_memory", tt->pin_memory, "chunks", chunks_json(tt)));
     }
     json_object_set_new(j, "tensors", ts);
     json_object_set_new(j, "bytes", bytes_json(c));
@@ -269,15 +271,16 @@ static json_t *dump_dcp(const struct admin_opts *o, struct admin_src *src, const
         } else {
             json_t *mods = json_array();
             for (uint32_t i = 0; i < d->nmodules; i++)
-                json_array_append_new(mods, json_string(d->modules[i]));
+                json_array_append_new(mods, json_bytes(d->modules[i]));
             json_object_set_new(j, "storage_meta",
-                                json_pack("{s:s?,s:s?,s:s?,s:o}", "checkpoint_id", d->checkpoint_id,
-                                          "save_id", d->save_id, "load_id", d->load_id, "modules",
-                                          mods));
+                                json_pack("{s:o,s:o,s:o,s:o}", "checkpoint_id",
+                                          json_bytes(d->checkpoint_id), "save_id",
+                                          json_bytes(d->save_id), "load_id", json_bytes(d->load_id),
+                                          "modules", mods));
         }
     }
     if (d->has_version)
-        json_object_set_new(j, "version", d->version ? json_string(d->version) : json_null());
+        json_object_set_new(j, "version", json_bytes(d->version));
     if (!src->file) {
         json_t *files = json_object();
         for (uint32_t f = 0; f < c->nfiles; f++) {
@@ -306,7 +309,7 @@ static json_t *dump_st_file(struct admin_src *src, const struct ckpt *c, uint32_
     json_object_set_new(j, "file_size", json_integer((json_int_t)fi->size));
     json_t *m = si->has_metadata ? json_object() : json_null();
     for (uint32_t k = 0; k < si->nmeta; k++)
-        json_object_set_new(m, si->meta_keys[k], json_string(si->meta_values[k]));
+        json_object_set_bytes(m, si->meta_keys[k], json_bytes(si->meta_values[k]));
     json_object_set_new(j, "metadata", m);
     json_t *ts = json_array();
     for (uint32_t i = 0; i < c->nitems; i++) {
@@ -316,9 +319,9 @@ static json_t *dump_st_file(struct admin_src *src, const struct ckpt *c, uint32_
         const struct ckpt_tensor *tt = &c->tensors[it->tensor];
         const struct ckpt_chunk *ch = &tt->chunks[it->chunk];
         json_t *e =
-            json_pack("{s:o,s:s,s:o,s:[I,I],s:I,s:I,s:I}", "name", json_bytes(it->fqn), "dtype",
-                      tt->dtype, "shape", json_i64_array(ch->sizes, tt->ndim), "data_offsets",
-                      (json_int_t)(it->offset - fi->data_start),
+            json_pack("{s:o,s:o,s:o,s:[I,I],s:I,s:I,s:I}", "name", json_bytes(it->fqn), "dtype",
+                      json_bytes(tt->dtype), "shape", json_i64_array(ch->sizes, tt->ndim),
+                      "data_offsets", (json_int_t)(it->offset - fi->data_start),
                       (json_int_t)(it->offset + it->length - fi->data_start), "abs_begin",
                       (json_int_t)it->offset, "abs_end", (json_int_t)(it->offset + it->length),
                       "nbytes", (json_int_t)it->length);
