@@ -14,6 +14,7 @@
  * ranged GET (written straight into the caller's buffer) for read.
  * Credentials (secret key, session token, Authorization) are never logged.
  */
+#include "ckey.h"
 #include "store.h"
 #include "strutil.h"
 
@@ -559,18 +560,12 @@ static void apply_settings(struct s3_store *s, const struct store_options *opt)
     s->unsigned_payload = opt->unsigned_payload != 0;
 }
 
-/* Strip leading and trailing slashes of a prefix. */
+/* The prefix as index/ckey.h cleans it (no empty or "." segments), so the
+ * objects read and the description (the mount's index key) agree with
+ * ckptfs-admin's key for the same URL. */
 static char *clean_prefix(const char *prefix)
 {
-    if (!prefix)
-        prefix = "";
-    while (*prefix == '/')
-        prefix++;
-    char *p = strdup(prefix);
-    size_t n = p ? strlen(p) : 0;
-    while (n && p[n - 1] == '/')
-        p[--n] = '\0';
-    return p;
+    return ckpt_clean_prefix(prefix ? prefix : "");
 }
 
 /* Resolve credentials, region and endpoint, and create the client for them. */

@@ -69,6 +69,31 @@ def test_index_built_on_open_and_reused_on_remount(store, mounter, checkpoint, t
     assert ix["reused"] == 1 and ix["built"] == 0, ix
 
 
+def test_admin_index_of_an_untidy_url_is_reused_by_the_mount(store, mounter, checkpoint,
+                                                             tmp_path):
+    # ckptfs-admin keyed "s3://bucket//prefix/./run/" by the URL as typed,
+    # the mount by the cleaned one: the mount built its own index instead
+    if not isinstance(store, harness.S3Store):
+        pytest.skip("local paths go through realpath on both sides")
+    prefix = put_checkpoint(store, checkpoint)
+    bucket, _, root = store.url[len("s3://"):].partition("/")
+    for n, form in enumerate(("s3://%s//%s/run/", "s3://%s/./%s//run//.")):
+        cache = str(tmp_path / ("shared-cache-%d" % n))
+        untidy = form % (bucket, root)
+        out = subprocess.run([harness.admin_bin(), "index", "rebuild", untidy,
+                              *store.mount_args(), "--cache-dir", cache, "--json", "-q"],
+                             capture_output=True, text=True,
+                             env={**os.environ, **store.mount_env()}, timeout=120)
+        assert out.returncode == 0, out.stderr
+        keys = [c["key"] for c in json.loads(out.stdout)["checkpoints"]]
+        assert keys == [store.url + "/" + prefix], (untidy, keys)
+        m = mounter(store, "--cache-dir", cache, cache_dir=False)
+        open_metadata(m, prefix)
+        ix = harness.wait_index(m, "ready", 1)
+        assert ix["reused"] == 1 and ix["built"] == 0, (untidy, ix)
+        m.close()
+
+
 def test_listing_a_checkpoint_directory_indexes_it(store, mounter, checkpoint):
     prefix = put_checkpoint(store, checkpoint)
     m = mounter(store)

@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 
 #include "admin.h"
+#include "ckey.h"
 #include "ckpt_io_store.h"
 #include "store.h"
 #include "utf8.h"
@@ -170,10 +171,8 @@ static int src_open_s3(const struct admin_opts *o, const char *arg, struct admin
     so.region = o->region;
     so.profile = o->profile;
     so.force_path_style = o->force_path_style;
-    size_t n = strlen(arg);
-    while (n > 5 && arg[n - 1] == '/')
-        n--;
-    char *url = strndup(arg, n);
+    /* the name the mount's index knows it by: "s3://b//x/./y/" is s3://b/x/y */
+    char *url = ckpt_store_key(arg);
     if (!url)
         return report_msg(o, EX_IO, arg, -ENOMEM, "out of memory");
     char err[512] = "";
