@@ -15,18 +15,25 @@ char *ckpt_clean_prefix(const char *prefix)
     if (!out)
         return NULL;
     size_t o = 0;
-    for (const char *s = prefix; *s;) {
+    for (const char *s = prefix;;) {
         size_t len = strcspn(s, "/");
-        if (len && !(len == 1 && s[0] == '.')) {
-            if (o)
-                out[o++] = '/';
+        if (!(len == 1 && s[0] == '.')) { /* "." segments go; empty ones are key text */
             memcpy(out + o, s, len);
             o += len;
+            if (s[len] == '/')
+                out[o++] = '/';
         }
-        s += len;
-        s += *s == '/';
+        if (!s[len])
+            break;
+        s += len + 1;
     }
     out[o] = '\0';
+    /* leading and trailing slashes go (the prefix is a directory) */
+    size_t lead = strspn(out, "/");
+    memmove(out, out + lead, o - lead + 1);
+    o -= lead;
+    while (o && out[o - 1] == '/')
+        out[--o] = '\0';
     return out;
 }
 

@@ -8,10 +8,10 @@
 #ifndef CKPTFS_CKEY_H
 #define CKPTFS_CKEY_H
 
-/* prefix with its empty and "." segments dropped (doubled, leading and
- * trailing slashes, "./"), the rest joined by single '/': "a//b/./c/" ->
- * "a/b/c", "/" -> "". ".." is kept as typed. malloc'd; NULL when out of
- * memory. */
+/* prefix without its "." segments and without leading and trailing
+ * slashes: "/a/./b//c/" -> "a/b//c", "/" -> "". A doubled slash inside is
+ * kept: S3 keys are literal, "a//c" names other objects than "a/c". ".."
+ * is kept as typed. malloc'd; NULL when out of memory. */
 char *ckpt_clean_prefix(const char *prefix);
 
 /* The canonical form of a store URL "s3://BUCKET[/PREFIX]": "s3://BUCKET"

@@ -560,7 +560,7 @@ static void apply_settings(struct s3_store *s, const struct store_options *opt)
     s->unsigned_payload = opt->unsigned_payload != 0;
 }
 
-/* The prefix as index/ckey.h cleans it (no empty or "." segments), so the
+/* The prefix as index/ckey.h cleans it (no "." segments or outer slashes), so the
  * objects read and the description (the mount's index key) agree with
  * ckptfs-admin's key for the same URL. */
 static char *clean_prefix(const char *prefix)

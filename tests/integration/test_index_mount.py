@@ -77,7 +77,7 @@ def test_admin_index_of_an_untidy_url_is_reused_by_the_mount(store, mounter, che
         pytest.skip("local paths go through realpath on both sides")
     prefix = put_checkpoint(store, checkpoint)
     bucket, _, root = store.url[len("s3://"):].partition("/")
-    for n, form in enumerate(("s3://%s//%s/run/", "s3://%s/./%s//run//.")):
+    for n, form in enumerate(("s3://%s//%s/run/", "s3://%s/./%s/./run//.")):
         cache = str(tmp_path / ("shared-cache-%d" % n))
         untidy = form % (bucket, root)
         out = subprocess.run([harness.admin_bin(), "index", "rebuild", untidy,

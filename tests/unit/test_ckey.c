@@ -23,14 +23,17 @@ static void check_key(const char *in, const char *want)
     free(got);
 }
 
-Test(ckey, prefix_drops_empty_and_dot_segments)
+Test(ckey, prefix_drops_dot_segments_and_outer_slashes)
 {
     check_prefix("", "");
     check_prefix("/", "");
     check_prefix("a", "a");
     check_prefix("/a/b/", "a/b");
-    check_prefix("a//b", "a/b");
+    check_prefix("a//b", "a//b"); /* another S3 key than a/b */
+    check_prefix("//a//", "a");
     check_prefix("./a/./b/.", "a/b");
+    check_prefix("./", "");
+    check_prefix("a/.//b/./", "a//b");
     check_prefix("a/../b", "a/../b");
     check_prefix(".a/b./..c", ".a/b./..c");
 }
@@ -42,7 +45,8 @@ Test(ckey, s3_urls_name_what_the_store_reads)
     check_key("s3://bucket//", "s3://bucket");
     check_key("s3://bucket//x", "s3://bucket/x");
     check_key("s3://bucket/x/", "s3://bucket/x");
-    check_key("s3://bucket/./x//y/./", "s3://bucket/x/y");
+    check_key("s3://bucket/./x/y/./", "s3://bucket/x/y");
+    check_key("s3://bucket/x//y/", "s3://bucket/x//y");
     check_key("s3://bucket/x/.metadata", "s3://bucket/x/.metadata");
     check_key("/already/real", "/already/real");
 }
