@@ -100,7 +100,8 @@ struct cache {
     /* Bytes of the fetch buffers alive: a block keeps its whole buffer, so
      * this, not bytes_cached, is the memory the blocks hold. */
     atomic_uint_fast64_t buffer_bytes;
-    atomic_int stopping; /* set by cache_cancel: background fetches fail fast */
+    atomic_int stopping;    /* set by cache_cancel: background fetches fail fast */
+    atomic_uintptr_t owner; /* thread_mark of the thread holding lock, 0 if none */
     struct recent_timeout timeouts[TIMEOUT_SLOTS];
     unsigned next_timeout; /* ring cursor into timeouts */
 };
@@ -111,6 +112,41 @@ struct fetch_job {
     uint64_t first; /* first block index */
     uint32_t n;     /* blocks in the run */
 };
+
+/* ---- the lock ---- */
+
+/* An address unique to the calling thread: what cache->owner holds while
+ * the thread holds the lock (for lock-ownership asserts). */
+static _Thread_local char thread_mark;
+
+static void cache_lock(struct cache *c)
+{
+    pthread_mutex_lock(&c->lock);
+    assert(atomic_load_explicit(&c->owner, memory_order_relaxed) == 0);
+    atomic_store_explicit(&c->owner, (uintptr_t)&thread_mark, memory_order_relaxed);
+}
+
+int cache_lock_held(struct cache *c)
+{
+    return atomic_load_explicit(&c->owner, memory_order_relaxed) == (uintptr_t)&thread_mark;
+}
+
+static void cache_unlock(struct cache *c)
+{
+    assert(cache_lock_held(c));
+    atomic_store_explicit(&c->owner, 0, memory_order_relaxed);
+    pthread_mutex_unlock(&c->lock);
+}
+
+/* Sleep on cv, the lock dropped meanwhile (lock held). */
+static void cache_wait(struct cache *c, pthread_cond_t *cv)
+{
+    assert(cache_lock_held(c));
+    atomic_store_explicit(&c->owner, 0, memory_order_relaxed);
+    pthread_cond_wait(cv, &c->lock);
+    assert(atomic_load_explicit(&c->owner, memory_order_relaxed) == 0);
+    atomic_store_explicit(&c->owner, (uintptr_t)&thread_mark, memory_order_relaxed);
+}
 
 /* ---- hashing ---- */
 
@@ -157,6 +193,7 @@ static struct cblock *block_find(struct cache *c, struct cache_obj *o, uint64_t 
 
 static void block_unhash(struct cache *c, struct cblock *b)
 {
+    assert(cache_lock_held(c));
     struct cblock **pp = &c->blocks[block_bucket(c, b->obj->id, b->idx)];
     while (*pp != b)
         pp = &(*pp)->hnext;
@@ -191,6 +228,7 @@ static void lru_touch(struct cache *c, struct cblock *b)
 
 static void obj_unref_locked(struct cache *c, struct cache_obj *o)
 {
+    assert(cache_lock_held(c));
     if (--o->refs > 0)
         return;
     struct cache_obj **pp = &c->objs[hash_str(o->path) & (c->nobj_buckets - 1)];
@@ -208,7 +246,7 @@ static struct cache_obj *obj_get(struct cache *c, const char *path, const char *
 {
     size_t bucket = hash_str(path) & (c->nobj_buckets - 1);
     *was_cached = 0;
-    pthread_mutex_lock(&c->lock);
+    cache_lock(c);
     struct cache_obj *o = c->objs[bucket];
     while (o && (strcmp(o->path, path) != 0 || strcmp(o->etag, etag) != 0 || o->size != size))
         o = o->hnext;
@@ -216,7 +254,7 @@ static struct cache_obj *obj_get(struct cache *c, const char *path, const char *
         o = calloc(1, sizeof *o);
         if (!o || !(o->path = strdup(path))) {
             free(o);
-            pthread_mutex_unlock(&c->lock);
+            cache_unlock(c);
             return NULL;
         }
         o->id = ++c->next_obj_id;
@@ -231,7 +269,7 @@ static struct cache_obj *obj_get(struct cache *c, const char *path, const char *
         o->opened = 1;
         o->opens++;
     }
-    pthread_mutex_unlock(&c->lock);
+    cache_unlock(c);
     return o;
 }
 
@@ -253,21 +291,21 @@ struct cache_obj *cache_obj_ref(struct cache *c, const char *path, const char *e
 
 void cache_obj_unref(struct cache *c, struct cache_obj *o)
 {
-    pthread_mutex_lock(&c->lock);
+    cache_lock(c);
     assert(o->refs > o->opens);
     obj_unref_locked(c, o);
-    pthread_mutex_unlock(&c->lock);
+    cache_unlock(c);
 }
 
 void cache_obj_put(struct cache *c, struct cache_obj *o)
 {
     if (!o)
         return;
-    pthread_mutex_lock(&c->lock);
+    cache_lock(c);
     assert(o->opens > 0 && o->refs >= o->opens);
     o->opens--;
     obj_unref_locked(c, o);
-    pthread_mutex_unlock(&c->lock);
+    cache_unlock(c);
 }
 
 uint64_t cache_obj_size(const struct cache_obj *o)
@@ -336,6 +374,7 @@ static void prefetch_account_use(struct cache *c, struct cblock *b)
 
 static void block_free_locked(struct cache *c, struct cblock *b)
 {
+    assert(cache_lock_held(c));
     prefetch_account_drop(c, b);
     if (b->buf && --b->buf->refs == 0)
         cbuf_free(c, b->buf);
@@ -380,6 +419,7 @@ static uint64_t held_locked(struct cache *c)
  * fit. */
 static int make_room_locked(struct cache *c, uint64_t need, int background)
 {
+    assert(cache_lock_held(c));
     struct cblock *b = c->lru.lru_prev;
     int64_t now_ms = background ? (int64_t)(mono_seconds() * 1000) : 0;
     while (held_locked(c) + need > c->cfg.capacity && b != &c->lru) {
@@ -399,6 +439,7 @@ static int make_room_locked(struct cache *c, uint64_t need, int background)
 /* Insert a FETCHING block for (o, idx). Takes an object reference. */
 static struct cblock *block_insert_fetching(struct cache *c, struct cache_obj *o, uint64_t idx)
 {
+    assert(cache_lock_held(c));
     struct cblock *b = calloc(1, sizeof *b);
     if (!b)
         return NULL;
@@ -471,6 +512,7 @@ struct fetch {
 static void fetch_publish_next_locked(struct fetch *f)
 {
     struct cache *c = f->c;
+    assert(cache_lock_held(c));
     assert(f->published < f->n);
     struct cblock *b = block_find(c, f->o, f->first + f->published);
     assert(b && b->state == BLOCK_FETCHING);
@@ -507,10 +549,10 @@ static void fetch_progress(void *arg, size_t ready)
     /* Only this thread changes f: no lock to find that no block is whole yet. */
     if (!fetch_next_block_in(f, ready))
         return;
-    pthread_mutex_lock(&c->lock);
+    cache_lock(c);
     while (fetch_next_block_in(f, ready))
         fetch_publish_next_locked(f);
-    pthread_mutex_unlock(&c->lock);
+    cache_unlock(c);
 }
 
 /* Fetch blocks [first, first+n) of o, all FETCHING and owned by the
@@ -546,7 +588,7 @@ static int fetch_run(struct cache *c, struct cache_obj *o, uint64_t first, uint3
         log_warn("%s: read of %llu bytes at %llu failed: %s", o->path, (unsigned long long)want,
                  (unsigned long long)off, strerror(-rc));
 
-    pthread_mutex_lock(&c->lock);
+    cache_lock(c);
     if (rc == 0) {
         timeout_forget_locked(c, o);
         while (f.published < n)
@@ -570,7 +612,7 @@ static int fetch_run(struct cache *c, struct cache_obj *o, uint64_t first, uint3
     }
     if (f.buf && --f.buf->refs == 0)
         cbuf_free(c, f.buf);
-    pthread_mutex_unlock(&c->lock);
+    cache_unlock(c);
     return rc;
 }
 
@@ -578,6 +620,7 @@ static int fetch_run(struct cache *c, struct cache_obj *o, uint64_t first, uint3
  * over (lock held). */
 static void job_started_locked(struct cache *c, struct fetch_job *j)
 {
+    assert(cache_lock_held(c));
     for (uint32_t i = 0; i < j->n; i++) {
         struct cblock *b = block_find(c, j->obj, j->first + i);
         assert(b && b->state == BLOCK_FETCHING); /* published only by the job */
@@ -589,13 +632,13 @@ static void job_started_locked(struct cache *c, struct fetch_job *j)
 static void fetch_job_run(void *arg)
 {
     struct fetch_job *j = arg;
-    pthread_mutex_lock(&j->c->lock);
+    cache_lock(j->c);
     job_started_locked(j->c, j);
-    pthread_mutex_unlock(&j->c->lock);
+    cache_unlock(j->c);
     fetch_run(j->c, j->obj, j->first, j->n, 1);
-    pthread_mutex_lock(&j->c->lock);
+    cache_lock(j->c);
     obj_unref_locked(j->c, j->obj);
-    pthread_mutex_unlock(&j->c->lock);
+    cache_unlock(j->c);
     free(j);
 }
 
@@ -622,7 +665,7 @@ ssize_t cache_read(struct cache *c, struct cache_obj *o, uint64_t off, size_t le
     int rc = 0;
     uint64_t fetched_end = first; /* blocks below this were fetched by us: not hits */
 
-    pthread_mutex_lock(&c->lock);
+    cache_lock(c);
     for (uint64_t idx = first; idx <= last && rc == 0;) {
         struct cblock *b = block_find(c, o, idx);
         if (!b) {
@@ -647,9 +690,9 @@ ssize_t cache_read(struct cache *c, struct cache_obj *o, uint64_t off, size_t le
                 break;
             }
             c->st.misses += n;
-            pthread_mutex_unlock(&c->lock);
+            cache_unlock(c);
             rc = fetch_run(c, o, idx, n, 0);
-            pthread_mutex_lock(&c->lock);
+            cache_lock(c);
             fetched_end = idx + n;
             continue; /* the blocks are READY now (may be evicted again: look up) */
         }
@@ -660,15 +703,15 @@ ssize_t cache_read(struct cache *c, struct cache_obj *o, uint64_t off, size_t le
             struct fetch_job *j = b->queued;
             if (j) { /* still queued, perhaps behind other files' prefetch: run it here */
                 job_started_locked(c, j);
-                pthread_mutex_unlock(&c->lock);
+                cache_unlock(c);
                 int taken = workq_take(c->wq, fetch_job_run, j);
                 if (taken)
                     fetch_job_run(j);
-                pthread_mutex_lock(&c->lock);
+                cache_lock(c);
                 c->st.taken_over += taken;
             }
             while (b->state == BLOCK_FETCHING)
-                pthread_cond_wait(block_cond(c, b), &c->lock);
+                cache_wait(c, block_cond(c, b));
         } else if (idx >= fetched_end) {
             c->st.hits++;
         }
@@ -679,14 +722,14 @@ ssize_t cache_read(struct cache *c, struct cache_obj *o, uint64_t off, size_t le
             break;
         }
         lru_touch(c, b);
-        pthread_mutex_unlock(&c->lock);
+        cache_unlock(c);
         copy_from_block(c, b, off, len, dst);
-        pthread_mutex_lock(&c->lock);
+        cache_lock(c);
         assert(b->pins > 0);
         b->pins--;
         idx++;
     }
-    pthread_mutex_unlock(&c->lock);
+    cache_unlock(c);
     return rc < 0 ? rc : (ssize_t)len;
 }
 
@@ -710,7 +753,7 @@ uint64_t cache_prefetch_split(struct cache *c, struct cache_obj *o, uint64_t off
     assert(max_run >= 1);
     uint64_t scheduled = 0;
 
-    pthread_mutex_lock(&c->lock);
+    cache_lock(c);
     for (uint64_t idx = first; idx <= last;) {
         if (!block_claimable_locked(c, o, idx)) {
             idx++;
@@ -763,7 +806,7 @@ uint64_t cache_prefetch_split(struct cache *c, struct cache_obj *o, uint64_t off
             scheduled += block_len(c, o, idx + i);
         idx += made;
     }
-    pthread_mutex_unlock(&c->lock);
+    cache_unlock(c);
     return scheduled;
 }
 
@@ -771,7 +814,7 @@ void cache_release_behind(struct cache *c, struct cache_obj *o, uint64_t from, u
 {
     uint64_t bs = c->cfg.block_size;
     uint64_t first = (from + bs - 1) / bs, end = to / bs; /* whole blocks only */
-    pthread_mutex_lock(&c->lock);
+    cache_lock(c);
     if (o->opens == 1) {
         for (uint64_t idx = first; idx < end; idx++) {
             struct cblock *b = block_find(c, o, idx);
@@ -784,7 +827,7 @@ void cache_release_behind(struct cache *c, struct cache_obj *o, uint64_t from, u
             block_free_locked(c, b);
         }
     }
-    pthread_mutex_unlock(&c->lock);
+    cache_unlock(c);
 }
 
 void cache_cancel(struct cache *c)
@@ -795,11 +838,11 @@ void cache_cancel(struct cache *c)
 
 void cache_get_stats(struct cache *c, struct cache_stats *out)
 {
-    pthread_mutex_lock(&c->lock);
+    cache_lock(c);
     *out = c->st;
     out->capacity = c->cfg.capacity;
     out->buffer_bytes = atomic_load(&c->buffer_bytes);
-    pthread_mutex_unlock(&c->lock);
+    cache_unlock(c);
     struct bufpool_stats ps;
     bufpool_get_stats(c->pool, &ps);
     out->buffers_mapped = ps.maps;
@@ -864,14 +907,14 @@ void cache_destroy(struct cache *c)
 {
     if (!c)
         return;
-    pthread_mutex_lock(&c->lock);
+    cache_lock(c);
     while (c->lru.lru_next != &c->lru) {
         struct cblock *b = c->lru.lru_next;
         lru_unlink(b);
         block_unhash(c, b);
         block_free_locked(c, b);
     }
-    pthread_mutex_unlock(&c->lock);
+    cache_unlock(c);
     for (int i = 0; i < WAIT_CONDS; i++)
         pthread_cond_destroy(&c->conds[i]);
     pthread_mutex_destroy(&c->lock);

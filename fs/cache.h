@@ -117,4 +117,8 @@ uint64_t cache_prefetch_split(struct cache *c, struct cache_obj *o, uint64_t off
 
 void cache_get_stats(struct cache *c, struct cache_stats *out);
 
+/* Whether the calling thread holds c's lock: for the cache's own asserts,
+ * and for tests that check what is done outside it. */
+int cache_lock_held(struct cache *c);
+
 #endif
