@@ -9,8 +9,9 @@
  *    (in the table, no data yet), READY (data valid, on the LRU list) or
  *    FAILED (out of the table; freed by its last waiter).
  *  - one fetch fills one contiguous buffer (struct cbuf) shared by the
- *    blocks of that run; the buffer goes back to the buffer pool
- *    (bufpool.h) when its last block goes.
+ *    blocks of that run; when its last block goes, it leaves buffer_bytes
+ *    and is queued on cache->dead, and goes back to the buffer pool
+ *    (bufpool.h, which may unmap it) once the lock is dropped.
  *  - recent timeouts: a small ring of block runs whose fetch timed out
  *    lately; reads of them fail at once until the entry lapses or the
  *    object answers again (CACHE_TIMEOUT_LINGER_MS in cache.h).
@@ -18,7 +19,10 @@
  * (object, index) hashes to, broadcast when a block with waiters leaves
  * FETCHING (one of WAIT_CONDS: a published block wakes few threads).
  * Pinned blocks are never evicted. I/O and copies happen with the lock
- * dropped.
+ * dropped, and so does giving buffers back: cache_unlock() takes the dead
+ * list, drops the lock, then releases them (so the list is empty whenever
+ * the lock is free). cache_lock()/cache_unlock()/cache_wait() record the
+ * holding thread, for the lock-ownership asserts (cache_lock_held()).
  */
 #include "cache.h"
 
@@ -51,7 +55,8 @@ enum block_state { BLOCK_FETCHING, BLOCK_READY, BLOCK_FAILED };
 struct cbuf {
     unsigned refs; /* blocks still pointing into data; protected by cache->lock */
     size_t len;
-    char *data; /* from cache->pool */
+    char *data;        /* from cache->pool */
+    struct cbuf *next; /* on cache->dead, once refs is 0 */
 };
 
 struct cblock {
@@ -102,6 +107,10 @@ struct cache {
     atomic_uint_fast64_t buffer_bytes;
     atomic_int stopping;    /* set by cache_cancel: background fetches fail fast */
     atomic_uintptr_t owner; /* thread_mark of the thread holding lock, 0 if none */
+    /* Buffers whose last block went, to give back to the pool once the lock
+     * is dropped (protected by lock): the pool may unmap them, and unmapping
+     * megabytes must not stall every reader. */
+    struct cbuf *dead;
     struct recent_timeout timeouts[TIMEOUT_SLOTS];
     unsigned next_timeout; /* ring cursor into timeouts */
 };
@@ -119,10 +128,13 @@ struct fetch_job {
  * the thread holds the lock (for lock-ownership asserts). */
 static _Thread_local char thread_mark;
 
+static void cbufs_release(struct cache *c, struct cbuf *dead);
+
 static void cache_lock(struct cache *c)
 {
     pthread_mutex_lock(&c->lock);
     assert(atomic_load_explicit(&c->owner, memory_order_relaxed) == 0);
+    assert(!c->dead); /* emptied by every unlock */
     atomic_store_explicit(&c->owner, (uintptr_t)&thread_mark, memory_order_relaxed);
 }
 
@@ -131,17 +143,23 @@ int cache_lock_held(struct cache *c)
     return atomic_load_explicit(&c->owner, memory_order_relaxed) == (uintptr_t)&thread_mark;
 }
 
+/* Drop the lock, then give back the buffers freed while it was held. */
 static void cache_unlock(struct cache *c)
 {
     assert(cache_lock_held(c));
+    struct cbuf *dead = c->dead;
+    c->dead = NULL;
     atomic_store_explicit(&c->owner, 0, memory_order_relaxed);
     pthread_mutex_unlock(&c->lock);
+    if (dead)
+        cbufs_release(c, dead);
 }
 
 /* Sleep on cv, the lock dropped meanwhile (lock held). */
 static void cache_wait(struct cache *c, pthread_cond_t *cv)
 {
     assert(cache_lock_held(c));
+    assert(!c->dead); /* nothing freed yet that the wait would leave queued */
     atomic_store_explicit(&c->owner, 0, memory_order_relaxed);
     pthread_cond_wait(cv, &c->lock);
     assert(atomic_load_explicit(&c->owner, memory_order_relaxed) == 0);
@@ -341,15 +359,33 @@ static struct cbuf *cbuf_new(struct cache *c, size_t len)
     return buf;
 }
 
-/* Lock held: buffer_bytes is read by make_room_locked. */
-static void cbuf_free(struct cache *c, struct cbuf *buf)
+/* Drop a reference to buf (lock held). The last one takes its bytes out of
+ * buffer_bytes at once (make_room_locked reads it) and queues buf on
+ * c->dead: cache_unlock gives it back to the pool after the lock is dropped. */
+static void cbuf_unref_locked(struct cache *c, struct cbuf *buf)
 {
-    if (!buf)
+    assert(cache_lock_held(c));
+    assert(buf->refs > 0);
+    if (--buf->refs > 0)
         return;
     assert(atomic_load(&c->buffer_bytes) >= buf->len);
     atomic_fetch_sub(&c->buffer_bytes, buf->len);
-    bufpool_put(c->pool, buf->data, buf->len);
-    free(buf);
+    buf->next = c->dead;
+    c->dead = buf;
+}
+
+/* Give dead buffers (no references left, off c->dead) back to the pool,
+ * which may unmap them: never under the lock. */
+static void cbufs_release(struct cache *c, struct cbuf *dead)
+{
+    assert(!cache_lock_held(c));
+    while (dead) {
+        struct cbuf *next = dead->next;
+        assert(dead->refs == 0);
+        bufpool_put(c->pool, dead->data, dead->len);
+        free(dead);
+        dead = next;
+    }
 }
 
 /* A prefetched block goes: if no reader touched it, its bytes were fetched
@@ -376,8 +412,8 @@ static void block_free_locked(struct cache *c, struct cblock *b)
 {
     assert(cache_lock_held(c));
     prefetch_account_drop(c, b);
-    if (b->buf && --b->buf->refs == 0)
-        cbuf_free(c, b->buf);
+    if (b->buf)
+        cbuf_unref_locked(c, b->buf);
     obj_unref_locked(c, b->obj);
     free(b);
 }
@@ -610,8 +646,8 @@ static int fetch_run(struct cache *c, struct cache_obj *o, uint64_t first, uint3
                 block_free_locked(c, b);
         }
     }
-    if (f.buf && --f.buf->refs == 0)
-        cbuf_free(c, f.buf);
+    if (f.buf)
+        cbuf_unref_locked(c, f.buf);
     cache_unlock(c);
     return rc;
 }
@@ -914,7 +950,8 @@ void cache_destroy(struct cache *c)
         block_unhash(c, b);
         block_free_locked(c, b);
     }
-    cache_unlock(c);
+    cache_unlock(c); /* gives the buffers back to the pool */
+    assert(atomic_load(&c->buffer_bytes) == 0);
     for (int i = 0; i < WAIT_CONDS; i++)
         pthread_cond_destroy(&c->conds[i]);
     pthread_mutex_destroy(&c->lock);

@@ -519,3 +519,60 @@ Test(cache, a_reader_runs_the_queued_prefetch_it_waits_for, .timeout = 30)
     free(data);
     teardown();
 }
+
+/* Every munmap of the code under test comes here (-Wl,--wrap=munmap in
+ * CMakeLists.txt): giving a multi-MiB buffer back to the kernel takes long,
+ * and must not stall every reader by happening under the cache lock. */
+int __real_munmap(void *addr, size_t len);
+int __wrap_munmap(void *addr, size_t len);
+
+static struct cache *watched; /* whose lock munmap is checked against */
+static atomic_int unmaps, unmaps_locked;
+static void (*at_unmap)(void); /* run at each unmap done outside the lock */
+
+int __wrap_munmap(void *addr, size_t len)
+{
+    static _Thread_local int inside; /* at_unmap may unmap too */
+    if (watched && !inside) {
+        atomic_fetch_add(&unmaps, 1);
+        if (cache_lock_held(watched)) {
+            atomic_fetch_add(&unmaps_locked, 1);
+        } else if (at_unmap) {
+            inside = 1;
+            at_unmap();
+            inside = 0;
+        }
+    }
+    return __real_munmap(addr, len);
+}
+
+static void watch(struct cache *c, void (*fn)(void))
+{
+    atomic_store(&unmaps, 0);
+    atomic_store(&unmaps_locked, 0);
+    at_unmap = fn;
+    watched = c;
+}
+
+Test(cache, fetch_buffers_are_unmapped_outside_the_lock)
+{
+    /* Buffers of more than request_size (a reader's long miss) are never
+     * pooled: each one freed is unmapped. */
+    setup_with(4 * 64 * KiB);
+    watch(cache, NULL);
+    check_range(0, 8 * 64 * KiB); /* one 8-block GET, over the capacity */
+    check_range(8 * 64 * KiB, 1); /* evicts those 8: their buffer goes */
+    cr_assert_eq(atomic_load(&unmaps), 1, "eviction: %d unmaps", atomic_load(&unmaps));
+    mem_store_fail(store, MEM_OP_READ, -EIO, 1);
+    char *buf = malloc(8 * 64 * KiB);
+    cr_assert_eq(cache_read(cache, obj, 0, 8 * 64 * KiB, buf), -EIO); /* its buffer goes */
+    free(buf);
+    cr_assert_eq(atomic_load(&unmaps), 2, "failed fetch: %d unmaps", atomic_load(&unmaps));
+    check_range(0, 8 * 64 * KiB);
+    cache_release_behind(cache, obj, 0, 8 * 64 * KiB);
+    cr_assert_eq(atomic_load(&unmaps), 3, "release-behind: %d unmaps", atomic_load(&unmaps));
+    cr_assert_eq(atomic_load(&unmaps_locked), 0, "%d of %d unmaps under the cache lock",
+                 atomic_load(&unmaps_locked), atomic_load(&unmaps));
+    watched = NULL;
+    teardown();
+}
