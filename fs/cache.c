@@ -83,9 +83,10 @@ struct cache_obj {
     char *path;
     char etag[STORE_ETAG_MAX];
     uint64_t size;
-    unsigned refs;  /* open handles + blocks + fetch jobs + background references */
-    unsigned opens; /* open handles alone */
-    int opened;     /* some handle has opened this version (not only prefetched) */
+    unsigned refs;   /* open handles + blocks + fetch jobs + background references */
+    unsigned opens;  /* open handles alone */
+    uint64_t blocks; /* its blocks in the table (FETCHING or READY) */
+    int opened;      /* some handle has opened this version (not only prefetched) */
 };
 
 struct cache {
@@ -217,6 +218,8 @@ static void block_unhash(struct cache *c, struct cblock *b)
         pp = &(*pp)->hnext;
     *pp = b->hnext;
     b->in_table = 0;
+    assert(b->obj->blocks > 0);
+    b->obj->blocks--;
 }
 
 /* ---- LRU ---- */
@@ -485,6 +488,7 @@ static struct cblock *block_insert_fetching(struct cache *c, struct cache_obj *o
     b->state = BLOCK_FETCHING;
     b->len = block_len(c, o, idx);
     b->in_table = 1;
+    o->blocks++;
     size_t h = block_bucket(c, o->id, idx);
     b->hnext = c->blocks[h];
     c->blocks[h] = b;
@@ -846,13 +850,29 @@ uint64_t cache_prefetch_split(struct cache *c, struct cache_obj *o, uint64_t off
     return scheduled;
 }
 
+/* Block indices cache_release_behind() looks up per hold of the lock: a
+ * long range (a stream's first release after a jump starts at 0) must not
+ * hold every reader off for the whole walk. */
+#define RELEASE_CHUNK 64
+
 void cache_release_behind(struct cache *c, struct cache_obj *o, uint64_t from, uint64_t to)
 {
     uint64_t bs = c->cfg.block_size;
     uint64_t first = (from + bs - 1) / bs, end = to / bs; /* whole blocks only */
-    cache_lock(c);
-    if (o->opens == 1) {
-        for (uint64_t idx = first; idx < end; idx++) {
+    uint64_t nblocks = (o->size + bs - 1) / bs;
+    if (end > nblocks)
+        end = nblocks; /* no blocks beyond the object */
+    for (uint64_t idx = first; idx < end;) {
+        uint64_t stop = end - idx > RELEASE_CHUNK ? idx + RELEASE_CHUNK : end;
+        cache_lock(c);
+        /* The caller's open keeps o while the lock is dropped between chunks;
+         * another open (now) shares the blocks, and none left: nothing to do. */
+        assert(o->opens > 0 && o->refs >= o->opens);
+        if (o->opens != 1 || o->blocks == 0) {
+            cache_unlock(c);
+            break;
+        }
+        for (; idx < stop; idx++) {
             struct cblock *b = block_find(c, o, idx);
             if (!b || b->state != BLOCK_READY || b->pins)
                 continue;
@@ -862,8 +882,8 @@ void cache_release_behind(struct cache *c, struct cache_obj *o, uint64_t from, u
             c->st.released++;
             block_free_locked(c, b);
         }
+        cache_unlock(c); /* and the buffers of the dropped blocks go back */
     }
-    cache_unlock(c);
 }
 
 void cache_cancel(struct cache *c)

@@ -576,3 +576,136 @@ Test(cache, fetch_buffers_are_unmapped_outside_the_lock)
     watched = NULL;
     teardown();
 }
+
+#define LONG_BLOCKS 200 /* blocks of the object "long" (64 KiB each) */
+
+/* A cache of 16 MiB, request_size 256 KiB, over the default object and
+ * "long" (opened as *lo); workers: the work queue's threads. */
+static void setup_long(int workers, struct cache_obj **lo)
+{
+    store = mem_store_new();
+    size_t size = LONG_BLOCKS * 64 * KiB;
+    unsigned char *data = malloc(size);
+    cr_assert_not_null(data);
+    for (size_t i = 0; i < size; i++)
+        data[i] = byte_at(i);
+    cr_assert_eq(mem_store_set(store, "obj", data, OBJ_SIZE, etag), 0);
+    char long_etag[STORE_ETAG_MAX];
+    cr_assert_eq(mem_store_set(store, "long", data, size, long_etag), 0);
+    free(data);
+    cr_assert_eq(workq_create(workers, &wq), 0);
+    struct cache_config cfg = {
+        .capacity = 16u << 20, .block_size = 64 * KiB, .request_size = 256 * KiB};
+    cr_assert_eq(cache_create(mem_store_base(store), wq, &cfg, &cache), 0);
+    obj = cache_obj_get(cache, "obj", etag, OBJ_SIZE, NULL);
+    *lo = cache_obj_get(cache, "long", long_etag, size, NULL);
+    cr_assert(obj && *lo);
+}
+
+/* Reads [first, end) blocks of o in runs of run blocks (one GET each). */
+static void read_blocks(struct cache_obj *o, uint64_t first, uint64_t end, uint64_t run)
+{
+    char *buf = malloc(run * 64 * KiB);
+    for (uint64_t i = first; i < end; i += run) {
+        uint64_t n = end - i < run ? end - i : run;
+        cr_assert_eq(cache_read(cache, o, i * 64 * KiB, n * 64 * KiB, buf),
+                     (ssize_t)(n * 64 * KiB));
+    }
+    free(buf);
+}
+
+/* Whether block idx of o is still cached: reading it is no miss. */
+static int cached(struct cache_obj *o, uint64_t idx)
+{
+    struct cache_stats before, after;
+    char byte;
+    cache_get_stats(cache, &before);
+    cr_assert_eq(cache_read(cache, o, idx * 64 * KiB, 1, &byte), 1);
+    cr_assert_eq((unsigned char)byte, byte_at(idx * 64 * KiB));
+    cache_get_stats(cache, &after);
+    return after.misses == before.misses;
+}
+
+static struct cache_obj *long_obj;
+static atomic_int first_unmap_seen;
+static uint64_t released_at_first_unmap, hits_at_first_unmap;
+
+/* At the first unmap outside the lock (release-behind has dropped some
+ * blocks and given their buffers back): how far has it got, and can a
+ * reader of a block it has not reached yet go on? */
+static void probe_release(void)
+{
+    if (atomic_exchange(&first_unmap_seen, 1))
+        return;
+    struct cache_stats st;
+    cache_get_stats(cache, &st);
+    released_at_first_unmap = st.released;
+    char byte;
+    cr_assert_eq(cache_read(cache, long_obj, (LONG_BLOCKS - 1) * 64 * KiB, 1, &byte), 1);
+    cache_get_stats(cache, &st);
+    hits_at_first_unmap = st.hits;
+}
+
+Test(cache, release_behind_gives_the_lock_up_along_a_long_range, .timeout = 60)
+{
+    setup_long(2, &long_obj);
+    read_blocks(long_obj, 0, LONG_BLOCKS, 8); /* 512 KiB buffers: never pooled */
+    uint64_t gets = requests();
+    struct cache_stats before, st;
+    cache_get_stats(cache, &before);
+    atomic_store(&first_unmap_seen, 0);
+    watch(cache, probe_release);
+    cache_release_behind(cache, long_obj, 0, LONG_BLOCKS * 64 * KiB);
+    watched = NULL;
+    cache_get_stats(cache, &st);
+    cr_assert_eq(st.released, LONG_BLOCKS);
+    cr_assert(atomic_load(&first_unmap_seen));
+    cr_assert_eq(atomic_load(&unmaps_locked), 0);
+    cr_assert_lt(released_at_first_unmap, LONG_BLOCKS,
+                 "the whole range was walked in one hold of the lock");
+    cr_assert_eq(hits_at_first_unmap, before.hits + 1, "a reader was not served mid-walk");
+    cr_assert_eq(requests(), gets);
+    cache_obj_put(cache, long_obj);
+    teardown();
+}
+
+Test(cache, release_behind_drops_exactly_the_whole_ready_blocks_in_range, .timeout = 60)
+{
+    setup_long(1, &long_obj);
+    check_range(0, OBJ_SIZE); /* another object's blocks */
+    read_blocks(long_obj, 0, 100, 8);
+    read_blocks(long_obj, 104, LONG_BLOCKS, 8);
+    /* Blocks 100-103 FETCHING: their prefetch waits behind a busy worker. */
+    atomic_store(&gate_open, 0);
+    atomic_store(&worker_free, 0);
+    cr_assert_eq(workq_submit(wq, hold_worker, NULL), 0);
+    while (workq_pending(wq) > 0)
+        usleep(1000);
+    cr_assert_eq(cache_prefetch(cache, long_obj, 100 * 64 * KiB, 4 * 64 * KiB), 4 * 64 * KiB);
+    /* A second open shares the blocks: nothing goes. */
+    struct cache_obj *again =
+        cache_obj_get(cache, "long", cache_obj_etag(long_obj), cache_obj_size(long_obj), NULL);
+    cr_assert_eq(again, long_obj);
+    cache_release_behind(cache, long_obj, 0, LONG_BLOCKS * 64 * KiB);
+    struct cache_stats st;
+    cache_get_stats(cache, &st);
+    cr_assert_eq(st.released, 0);
+    cache_obj_put(cache, again);
+    /* Whole blocks 11-187 only, across several chunks, but for the FETCHING ones. */
+    cache_release_behind(cache, long_obj, 10 * 64 * KiB + 1, 189 * 64 * KiB - 1);
+    cache_get_stats(cache, &st);
+    cr_assert_eq(st.released, 177 - 4, "released %llu", (unsigned long long)st.released);
+    atomic_store(&gate_open, 1);
+    while (workq_pending(wq) > 0 || !atomic_load(&worker_free))
+        usleep(1000);
+    for (uint64_t i = 0; i < LONG_BLOCKS; i++) {
+        int kept = i < 11 || (i >= 100 && i < 104) || i >= 188;
+        cr_assert_eq(cached(long_obj, i), kept, "block %llu %s", (unsigned long long)i,
+                     kept ? "was dropped" : "was kept");
+    }
+    for (uint64_t i = 0; i <= OBJ_SIZE / (64 * KiB); i++)
+        cr_assert(cached(obj, i), "block %llu of another object was dropped",
+                  (unsigned long long)i);
+    cache_obj_put(cache, long_obj);
+    teardown();
+}
