@@ -39,7 +39,9 @@ void bufpool_destroy(struct bufpool *p);
 
 /* A buffer of at least len bytes (len > 0), or NULL if out of memory. */
 void *bufpool_get(struct bufpool *p, size_t len);
-/* Give back a buffer from bufpool_get with the same len. */
+/* Give back a buffer from bufpool_get with the same len. May unmap it (the
+ * pool is full, or it is larger than max_units): callers should not hold a
+ * lock others wait on (the cache puts its buffers back after unlocking). */
 void bufpool_put(struct bufpool *p, void *buf, size_t len);
 
 void bufpool_get_stats(struct bufpool *p, struct bufpool_stats *out);

@@ -10,7 +10,8 @@
  * cache_prefetch(), which splits them into requests of request_size and
  * hands them to the worker pool, so several GETs are in flight at once.
  * Memory is bounded by capacity: ready blocks are evicted least recently
- * used first; blocks being copied or fetched are pinned. Background
+ * used first; blocks being copied or fetched are pinned. Fetch buffers go
+ * back to the pool (and may be unmapped) only with the cache lock dropped. Background
  * prefetch is skipped rather than overcommit, or than evict blocks fetched
  * in the background that nobody has read yet (under pressure it fetches
  * less, not more); demand reads may exceed the bound briefly.
@@ -101,7 +102,8 @@ ssize_t cache_read(struct cache *c, struct cache_obj *o, uint64_t off, size_t le
  * open handle shares o, or they are in use), so that a sequential reader's
  * memory is reused for the blocks ahead instead of growing to the cache size
  * (every new buffer costs a page fault per 4 KiB). The kernel's page cache
- * keeps what was read for re-reads. */
+ * keeps what was read for re-reads. A long range is walked a few dozen
+ * blocks per hold of the cache lock; the caller's open must stay meanwhile. */
 void cache_release_behind(struct cache *c, struct cache_obj *o, uint64_t from, uint64_t to);
 
 /* Schedule background fetches of [off, off+len) of o (clamped). Blocks
