@@ -8,6 +8,9 @@
  * pages read, a fifth of the daemon's CPU. A pool hands out page-aligned
  * buffers in whole units (the cache block size), maps new ones
  * pre-faulted, and keeps freed ones for reuse up to a bound of spare bytes.
+ * Fetch sizes vary (items, readahead windows), so a request may be cut
+ * from a larger spare, and a full pool unmaps small spares to keep a
+ * larger buffer.
  * No transparent huge pages: with THP in "madvise" mode (Debian's default)
  * a MADV_HUGEPAGE buffer is faulted in with direct compaction, measured at
  * 0.13-1.2 s per GiB against 0.33-0.38 s for small pages, and 8 MiB fetch
@@ -27,6 +30,7 @@ struct bufpool;
 struct bufpool_stats {
     uint64_t maps;        /* buffers mapped fresh */
     uint64_t reuses;      /* buffers handed out again from the pool */
+    uint64_t splits;      /* ... cut from a larger spare (the rest stays spare) */
     uint64_t unmaps;      /* buffers given back to the kernel */
     uint64_t spare_bytes; /* bytes held for reuse now */
 };

@@ -1,6 +1,7 @@
 /* tests/unit/test_bufpool.c - the I/O buffer pool: sizes in whole units,
- * reuse by size, the bound on spare bytes, oversized buffers never pooled,
- * concurrent use. */
+ * reuse by size, smaller requests cut from larger spares, the bound on
+ * spare bytes (small spares make way for a larger buffer), oversized
+ * buffers never pooled, concurrent use. */
 #include "bufpool.h"
 
 #include <criterion/criterion.h>
@@ -29,7 +30,7 @@ Test(bufpool, reuses_by_size_and_writes_whole_units)
     cr_assert_eq((uintptr_t)a % (uintptr_t)sysconf(_SC_PAGESIZE), 0);
     memset(a, 0xab, 3 * UNIT);
     bufpool_put(p, a, 3 * UNIT - 10);
-    char *b = bufpool_get(p, UNIT); /* other size: a fresh mapping */
+    char *b = bufpool_get(p, 4 * UNIT); /* larger than any spare: a fresh mapping */
     cr_assert_neq(b, a);
     char *c = bufpool_get(p, 2 * UNIT + 1); /* three units again: a comes back */
     cr_assert_eq(c, a);
@@ -37,11 +38,77 @@ Test(bufpool, reuses_by_size_and_writes_whole_units)
     bufpool_get_stats(p, &st);
     cr_assert_eq(st.maps, 2);
     cr_assert_eq(st.reuses, 1);
+    cr_assert_eq(st.splits, 0);
     cr_assert_eq(st.spare_bytes, 0);
-    bufpool_put(p, b, UNIT);
+    bufpool_put(p, b, 4 * UNIT);
     bufpool_put(p, c, 2 * UNIT + 1);
     bufpool_get_stats(p, &st);
+    cr_assert_eq(st.spare_bytes, 7 * UNIT);
+    bufpool_destroy(p);
+}
+
+Test(bufpool, a_smaller_request_is_cut_from_a_larger_spare)
+{
+    /* Fetch sizes vary (items, readahead windows): a freed 4-unit buffer
+     * serves a 1-unit and then a 3-unit request without new mappings. */
+    struct bufpool *p;
+    cr_assert_eq(bufpool_create(UNIT, 4, 8 * UNIT, &p), 0);
+    char *a = bufpool_get(p, 4 * UNIT);
+    memset(a, 0x5a, 4 * UNIT);
+    bufpool_put(p, a, 4 * UNIT);
+    char *one = bufpool_get(p, UNIT);
+    cr_assert_eq(one, a, "the front of the spare");
+    char *three = bufpool_get(p, 3 * UNIT);
+    cr_assert_eq(three, a + UNIT, "the rest of it");
+    memset(three, 1, 3 * UNIT); /* mapped and writable */
+    struct bufpool_stats st;
+    bufpool_get_stats(p, &st);
+    cr_assert_eq(st.maps, 1);
+    cr_assert_eq(st.reuses, 2);
+    cr_assert_eq(st.splits, 1);
+    cr_assert_eq(st.spare_bytes, 0);
+    /* The pieces go back (and are unmapped at destroy) one by one. */
+    bufpool_put(p, one, UNIT);
+    bufpool_put(p, three, 3 * UNIT);
+    bufpool_get_stats(p, &st);
     cr_assert_eq(st.spare_bytes, 4 * UNIT);
+    cr_assert_eq(bufpool_get(p, 2 * UNIT), three, "the smallest spare that fits");
+    bufpool_put(p, three, 2 * UNIT);
+    bufpool_destroy(p);
+}
+
+Test(bufpool, a_full_pool_unmaps_small_spares_to_keep_a_larger_buffer)
+{
+    struct bufpool *p;
+    cr_assert_eq(bufpool_create(UNIT, 4, 4 * UNIT, &p), 0);
+    void *s1 = bufpool_get(p, UNIT), *s2 = bufpool_get(p, UNIT), *big = bufpool_get(p, 3 * UNIT);
+    bufpool_put(p, s1, UNIT);
+    bufpool_put(p, s2, UNIT);
+    bufpool_put(p, big, 3 * UNIT); /* 5 units would be spare: one small one goes */
+    struct bufpool_stats st;
+    bufpool_get_stats(p, &st);
+    cr_assert_eq(st.spare_bytes, 4 * UNIT);
+    cr_assert_eq(st.unmaps, 1);
+    cr_assert_eq(bufpool_get(p, 3 * UNIT), big, "the larger buffer was kept");
+    void *big2 = bufpool_get(p, 4 * UNIT);
+    bufpool_put(p, big, 3 * UNIT);
+    bufpool_put(p, big2, 4 * UNIT); /* the 1- and 3-unit spares make way */
+    bufpool_get_stats(p, &st);
+    cr_assert_eq(st.unmaps, 3);
+    cr_assert_eq(st.spare_bytes, 4 * UNIT);
+    void *two = bufpool_get(p, 2 * UNIT); /* cut from big2: 2 units stay spare */
+    cr_assert_eq(two, big2);
+    void *other = bufpool_get(p, 3 * UNIT);
+    bufpool_put(p, other, 3 * UNIT); /* the 2-unit rest makes way */
+    bufpool_get_stats(p, &st);
+    cr_assert_eq(st.unmaps, 4);
+    cr_assert_eq(st.spare_bytes, 3 * UNIT);
+    bufpool_put(p, two, 2 * UNIT); /* no smaller spare to drop: this one goes */
+    bufpool_get_stats(p, &st);
+    cr_assert_eq(st.unmaps, 5);
+    cr_assert_eq(st.spare_bytes, 3 * UNIT);
+    cr_assert_eq(bufpool_get(p, 3 * UNIT), other);
+    bufpool_put(p, other, 3 * UNIT);
     bufpool_destroy(p);
 }
 
