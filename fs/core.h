@@ -95,15 +95,14 @@ void core_write_end(struct core *core, struct core_file *f, uint64_t off, size_t
                     ssize_t written);
 /* Set the size of an open file (f) or of the file at path (f NULL). */
 int core_truncate(struct core *core, const char *path, struct core_file *f, uint64_t size);
-/* Remember which process (thread group id) opened f; 0 = unknown. */
-void core_file_set_opener(struct core_file *f, pid_t process);
-/* The process core_file_set_opener noted, 0 if none. */
-pid_t core_file_opener(const struct core_file *f);
-/* close() by process (0 = unknown): publish what the handle wrote (see
+/* Remember the thread (kernel thread id, as FUSE names callers; 0 =
+ * unknown) that opened f for writing, and its process. */
+void core_file_set_opener(struct core_file *f, pid_t thread);
+/* close() by thread (0 = unknown): publish what the handle wrote (see
  * stage_flush). Every close(2) of a descriptor sends one, also a forked
- * child's close of one it inherited: a close by another process than the
- * opener seals nothing (the last close, core_release, still does). */
-int core_flush(struct core *core, struct core_file *f, pid_t process);
+ * child's close of one it inherited: a close from another process than the
+ * opener's seals nothing (the last close, core_release, still does). */
+int core_flush(struct core *core, struct core_file *f, pid_t thread);
 /* fsync(): per --fsync (see stage_fsync). */
 int core_fsync(struct core *core, struct core_file *f);
 int core_unlink(struct core *core, const char *path);

@@ -78,7 +78,8 @@ struct core_file {
     struct cache_obj *obj; /* a store object read through the cache, or NULL */
     struct wfile *wf;      /* a staged file (reads and writes go to staging), or NULL */
     int writable;          /* opened for writing: counts as a writer of wf */
-    pid_t opener;          /* the process that opened it (0: unknown); only its close seals */
+    pid_t opener_thread;   /* the thread that opened it for writing (0: unknown) ... */
+    pid_t opener;          /* ... and its process: only a close from that process seals */
     int fd;                /* >= 0: the store gave a file descriptor; reads bypass the cache */
     atomic_uint_fast64_t read_front; /* the end of the furthest read so far */
     struct stat fd_st; /* fd's attributes at open: changed since, the version is gone */

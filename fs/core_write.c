@@ -166,19 +166,36 @@ int core_truncate(struct core *core, const char *path, struct core_file *f, uint
     return rc;
 }
 
-void core_file_set_opener(struct core_file *f, pid_t process)
+/* The process (thread group) of a thread, from /proc; the thread's own id
+ * if that cannot be read (it is gone, or in no namespace we see). */
+static pid_t process_of(pid_t thread)
 {
-    f->opener = process;
+    char path[48], line[128];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)thread);
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return thread;
+    pid_t process = thread;
+    int n;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "Tgid: %d", &n) == 1) {
+            process = n;
+            break;
+        }
+    fclose(f);
+    return process;
 }
 
-pid_t core_file_opener(const struct core_file *f)
+void core_file_set_opener(struct core_file *f, pid_t thread)
 {
-    return f->opener;
+    f->opener_thread = thread;
+    f->opener = thread > 0 ? process_of(thread) : 0;
 }
 
-int core_flush(struct core *core, struct core_file *f, pid_t process)
+int core_flush(struct core *core, struct core_file *f, pid_t thread)
 {
-    if (f->opener && process && process != f->opener)
+    /* The opening thread closes, as a trainer's save does: no /proc read. */
+    if (f->opener && thread > 0 && thread != f->opener_thread && process_of(thread) != f->opener)
         return 0; /* e.g. a child exiting with an inherited descriptor mid-write */
     return f->wf && f->writable ? stage_flush(core->stage, f->wf) : 0;
 }

@@ -16,7 +16,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
-#include <stdio.h>
 #include <sys/statvfs.h>
 #include <stdlib.h>
 #include <string.h>
@@ -103,36 +102,12 @@ static void write_only_direct(struct fuse_file_info *fi)
         fi->direct_io = 1;
 }
 
-/* The process (thread group) of the caller: FUSE names the calling thread.
- * 0 if the kernel named none. */
-static pid_t caller_process(void)
-{
-    pid_t tid = fuse_get_context()->pid;
-    if (tid <= 0)
-        return 0;
-    char path[48];
-    snprintf(path, sizeof path, "/proc/%d/status", (int)tid);
-    FILE *f = fopen(path, "re");
-    if (!f)
-        return tid; /* gone already: its own id is the best name left */
-    char line[128];
-    pid_t tgid = tid;
-    int n;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "Tgid: %d", &n) == 1) {
-            tgid = n;
-            break;
-        }
-    fclose(f);
-    return tgid;
-}
-
-/* A handle that may write remembers its opener: only the opener's close
- * seals it (core_flush). */
+/* A handle that may write remembers the thread that opened it: only a
+ * close by that thread's process seals it (core_flush). */
 static void note_opener(struct core_file *f, const struct fuse_file_info *fi)
 {
     if ((fi->flags & O_ACCMODE) != O_RDONLY)
-        core_file_set_opener(f, caller_process());
+        core_file_set_opener(f, fuse_get_context()->pid);
 }
 
 static int op_open(const char *path, struct fuse_file_info *fi)
@@ -196,8 +171,7 @@ static int op_truncate(const char *path, off_t size, struct fuse_file_info *fi)
 static int op_flush(const char *path, struct fuse_file_info *fi)
 {
     (void)path;
-    struct core_file *f = handle(fi);
-    return core_flush(ctx()->core, f, core_file_opener(f) ? caller_process() : 0);
+    return core_flush(ctx()->core, handle(fi), fuse_get_context()->pid);
 }
 
 static int op_fsync(const char *path, int datasync, struct fuse_file_info *fi)

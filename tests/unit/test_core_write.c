@@ -11,9 +11,11 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 static char cache[] = "/tmp/ckptfs-test-core-write-XXXXXX";
@@ -117,6 +119,12 @@ static int appears_soon(const char *path)
     return 0;
 }
 
+static void *flush_from_another_thread(void *f)
+{
+    cr_assert_eq(core_flush(core, f, (pid_t)syscall(SYS_gettid)), 0);
+    return NULL;
+}
+
 Test(core_write, a_close_by_another_process_than_the_opener_seals_nothing)
 {
     /* FUSE sends a flush for every close(2), also a forked child's close of
@@ -124,25 +132,35 @@ Test(core_write, a_close_by_another_process_than_the_opener_seals_nothing)
      * the parent is still writing: that must not publish half a file. */
     struct core_file *f;
     cr_assert_eq(core_create_file(core, "/half", O_WRONLY, &f), 0);
-    core_file_set_opener(f, 100);
+    core_file_set_opener(f, getpid()); /* this process's main thread */
     cr_assert_eq(core_write(core, f, "first ", 6, 0), 6);
-    cr_assert_eq(core_flush(core, f, 200), 0);
+    cr_assert_eq(core_flush(core, f, getppid()), 0);
     cr_assert(!appears_soon("half"), "a child's close published a half-written file");
     cr_assert_eq(core_write(core, f, "second", 6, 6), 6);
-    cr_assert_eq(core_flush(core, f, 100), 0);
+    cr_assert_eq(core_flush(core, f, getpid()), 0);
     cr_assert_eq(core_sync(core, "/"), 0);
     cr_assert(stored_is("half", "first second"));
     core_release(core, f);
 
-    /* The opener went first: the last close (release) still seals. */
+    /* Another process's close, then the last close (release): that seals. */
     cr_assert_eq(core_create_file(core, "/late", O_WRONLY, &f), 0);
-    core_file_set_opener(f, 100);
+    core_file_set_opener(f, getpid()); /* this process's main thread */
     cr_assert_eq(core_write(core, f, "by the child", 12, 0), 12);
-    cr_assert_eq(core_flush(core, f, 200), 0);
+    cr_assert_eq(core_flush(core, f, getppid()), 0);
     core_release(core, f);
     cr_assert(appears_soon("late"), "the last close did not seal");
     cr_assert_eq(core_sync(core, "/"), 0);
     cr_assert(stored_is("late", "by the child"));
+
+    /* Another thread of the opener's process closes: that is the opener's close. */
+    cr_assert_eq(core_create_file(core, "/threaded", O_WRONLY, &f), 0);
+    core_file_set_opener(f, getpid());
+    cr_assert_eq(core_write(core, f, "a thread", 8, 0), 8);
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, flush_from_another_thread, f), 0);
+    cr_assert_eq(pthread_join(t, NULL), 0);
+    cr_assert(appears_soon("threaded"), "a close by the opener's other thread did not seal");
+    core_release(core, f);
 }
 
 Test(core_write, a_rewrite_shows_its_size_while_an_older_reader_is_open)
