@@ -80,21 +80,27 @@ static const char *code_name(int code)
     }
 }
 
+/* The {"error": {...}} document of --json on stdout: code's name, errno,
+ * what failed, the message, the position in the input (CKPT_NOPOS: none)
+ * and, for a system errno, its text. */
+static void json_error(const char *name, int code, const char *what, const char *msg, uint64_t pos)
+{
+    json_t *j = json_pack("{s:{s:s,s:i,s:o,s:o}}", "error", "code", name, "errno", code, "what",
+                          json_bytes(what), "message", json_bytes(msg));
+    if (j && pos != CKPT_NOPOS)
+        json_object_set_new(json_object_get(j, "error"), "pos", json_integer((json_int_t)pos));
+    if (j && code > -4096 && code < 0)
+        json_object_set_new(json_object_get(j, "error"), "strerror",
+                            json_string(ckpt_strerror(code)));
+    json_out(j);
+}
+
 int report(const struct admin_opts *o, int ex, const char *what, const struct ckpt_err *e, int code)
 {
     const char *msg = e && e->code && e->msg[0] ? e->msg : ckpt_strerror(code);
     fprintf(stderr, "ckptfs-admin: %s: %s\n", what, msg);
-    if (o && o->json) {
-        json_t *j = json_pack("{s:{s:s,s:i,s:o,s:o}}", "error", "code", code_name(code), "errno",
-                              code, "what", json_bytes(what), "message", json_bytes(msg));
-        if (j && e && e->pos != CKPT_NOPOS)
-            json_object_set_new(json_object_get(j, "error"), "pos",
-                                json_integer((json_int_t)e->pos));
-        if (j && code > -4096 && code < 0)
-            json_object_set_new(json_object_get(j, "error"), "strerror",
-                                json_string(ckpt_strerror(code)));
-        json_out(j);
-    }
+    if (o && o->json)
+        json_error(code_name(code), code, what, msg, e ? e->pos : CKPT_NOPOS);
     return ex;
 }
 
@@ -273,9 +279,7 @@ int usage_error(const struct admin_opts *o, const char *fmt, ...)
     va_end(ap);
     fprintf(stderr, "%s%s\n", strncmp(msg, "usage:", 6) == 0 ? "" : "ckptfs-admin: ", msg);
     if (o && o->json)
-        json_out(json_pack("{s:{s:s,s:i,s:s,s:o,s:s}}", "error", "code", "EUSAGE", "errno", -EINVAL,
-                           "what", "usage", "message", json_bytes(msg), "strerror",
-                           ckpt_strerror(-EINVAL)));
+        json_error("EUSAGE", -EINVAL, "usage", msg, CKPT_NOPOS);
     return EX_USAGE;
 }
 
