@@ -11,8 +11,8 @@
  * hands them to the worker pool, so several GETs are in flight at once.
  * Memory is bounded by capacity: ready blocks are evicted least recently
  * used first; blocks being copied or fetched are pinned. Fetch buffers go
- * back to the pool (and may be unmapped) only with the cache lock dropped. Background
- * prefetch is skipped rather than overcommit, or than evict blocks fetched
+ * back to the pool (and may be unmapped) only with the cache lock dropped.
+ * Background prefetch is skipped rather than overcommit, or than evict blocks fetched
  * in the background that nobody has read yet (under pressure it fetches
  * less, not more); demand reads may exceed the bound briefly.
  */

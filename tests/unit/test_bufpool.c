@@ -13,6 +13,18 @@
 
 #define UNIT (64u * 1024)
 
+/* The pool's counters are maps, reuses, splits and spare units. */
+static void expect_pool(struct bufpool *p, uint64_t maps, uint64_t reuses, uint64_t splits,
+                        uint64_t spare_units)
+{
+    struct bufpool_stats st;
+    bufpool_get_stats(p, &st);
+    cr_assert_eq(st.maps, maps);
+    cr_assert_eq(st.reuses, reuses);
+    cr_assert_eq(st.splits, splits);
+    cr_assert_eq(st.spare_bytes, spare_units * UNIT);
+}
+
 Test(bufpool, rejects_bad_units)
 {
     struct bufpool *p;
@@ -34,16 +46,10 @@ Test(bufpool, reuses_by_size_and_writes_whole_units)
     cr_assert_neq(b, a);
     char *c = bufpool_get(p, 2 * UNIT + 1); /* three units again: a comes back */
     cr_assert_eq(c, a);
-    struct bufpool_stats st;
-    bufpool_get_stats(p, &st);
-    cr_assert_eq(st.maps, 2);
-    cr_assert_eq(st.reuses, 1);
-    cr_assert_eq(st.splits, 0);
-    cr_assert_eq(st.spare_bytes, 0);
+    expect_pool(p, 2, 1, 0, 0);
     bufpool_put(p, b, 4 * UNIT);
     bufpool_put(p, c, 2 * UNIT + 1);
-    bufpool_get_stats(p, &st);
-    cr_assert_eq(st.spare_bytes, 7 * UNIT);
+    expect_pool(p, 2, 1, 0, 7);
     bufpool_destroy(p);
 }
 
@@ -61,17 +67,11 @@ Test(bufpool, a_smaller_request_is_cut_from_a_larger_spare)
     char *three = bufpool_get(p, 3 * UNIT);
     cr_assert_eq(three, a + UNIT, "the rest of it");
     memset(three, 1, 3 * UNIT); /* mapped and writable */
-    struct bufpool_stats st;
-    bufpool_get_stats(p, &st);
-    cr_assert_eq(st.maps, 1);
-    cr_assert_eq(st.reuses, 2);
-    cr_assert_eq(st.splits, 1);
-    cr_assert_eq(st.spare_bytes, 0);
+    expect_pool(p, 1, 2, 1, 0);
     /* The pieces go back (and are unmapped at destroy) one by one. */
     bufpool_put(p, one, UNIT);
     bufpool_put(p, three, 3 * UNIT);
-    bufpool_get_stats(p, &st);
-    cr_assert_eq(st.spare_bytes, 4 * UNIT);
+    expect_pool(p, 1, 2, 1, 4);
     cr_assert_eq(bufpool_get(p, 2 * UNIT), three, "the smallest spare that fits");
     bufpool_put(p, three, 2 * UNIT);
     bufpool_destroy(p);
