@@ -202,16 +202,20 @@ void core_meta_forget(struct core *core, const char *path)
     pthread_mutex_unlock(&core->meta_lock);
 }
 
-/* Attributes of a store path, from the metadata cache or the store. */
-static void to_stat(const struct core *core, const struct store_stat *s, struct stat *st)
+/* Attributes of store path spath as the mount shows them, from s (the
+ * store's or staging's answer). A directory shows this mount's last change
+ * to it if that is later than s's time (dirtime.h). */
+static void to_stat(const struct core *core, const char *spath, const struct store_stat *s,
+                    struct stat *st)
 {
     memset(st, 0, sizeof *st);
-    int64_t mtime = s->mtime;
+    int64_t mtime = s->mtime_ns;
     if (s->is_dir) {
         st->st_mode = S_IFDIR | (core->stage ? 0755 : 0555);
         st->st_nlink = 2;
-        if (!mtime)
-            mtime = core->started_wall; /* S3 prefixes have no time of their own */
+        int64_t changed = dirtime_get(core->dirtimes, spath);
+        if (changed > mtime)
+            mtime = changed;
     } else {
         st->st_mode = S_IFREG | (core->stage ? 0644 : 0444);
         st->st_nlink = 1;
@@ -221,9 +225,9 @@ static void to_stat(const struct core *core, const struct store_stat *s, struct 
     st->st_blksize = (blksize_t)PREFERRED_IO_SIZE;
     st->st_uid = core->uid;
     st->st_gid = core->gid;
-    st->st_mtim.tv_sec = mtime;
-    st->st_ctim.tv_sec = mtime;
-    st->st_atim.tv_sec = mtime;
+    st->st_mtim.tv_sec = (time_t)(mtime / 1000000000);
+    st->st_mtim.tv_nsec = (long)(mtime % 1000000000);
+    st->st_ctim = st->st_atim = st->st_mtim;
 }
 
 /* One pass over a directory listing: every entry goes into the metadata
@@ -235,8 +239,72 @@ struct listing {
     core_fill_fn fill;
     void *arg;
     size_t count, limit; /* entries seen; stop after limit (0: no limit) */
+    int dir_listed;      /* readdir: dir was listed for its subdirectories' times */
+    char **staged;       /* readdir: the names the overlay reported, sorted */
+    size_t nstaged, staged_cap;
     char child[4096];
 };
+
+static int cmp_name(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Whether readdir's overlay already reported name (an upload that ended
+ * between the overlay's report and the store's listing shows it in both). */
+static int reported_staged(const struct listing *l, const char *name)
+{
+    return l->nstaged && bsearch(&name, l->staged, l->nstaged, sizeof *l->staged, cmp_name);
+}
+
+enum listing_state { NOT_LISTED, LISTED };
+static enum listing_state dir_listing(struct core *core, const char *dir);
+
+/* Whether directories' times come from listings (a store of keys), or
+ * with their attributes (a local directory). */
+static int dir_times_by_listing(const struct core *core)
+{
+    return core->store->ops->list_below != NULL;
+}
+
+/* ---- directory times ---- */
+
+struct newest_below {
+    size_t keys;
+    int64_t newest;
+};
+
+static int newest_entry(void *arg, const char *rel, const struct store_stat *s)
+{
+    (void)rel;
+    struct newest_below *n = arg;
+    if (s->mtime_ns > n->newest)
+        n->newest = s->mtime_ns;
+    return ++n->keys >= STORE_DIR_TIME_KEYS;
+}
+
+/* Fill in s->mtime_ns of directory spath when the store gave none (an S3
+ * common prefix): from the metadata cache if it knows it, else, if ask, by
+ * the rule of store.h (one LIST page below it), kept in the cache. */
+static void fill_dir_time(struct core *core, const char *spath, struct store_stat *s, int ask)
+{
+    if (!s->is_dir || s->mtime_ns || !dir_times_by_listing(core))
+        return;
+    struct store_stat known;
+    int err;
+    if (meta_find(core, spath, &err, &known) == META_FRESH && err == 0 && known.is_dir &&
+        known.mtime_ns) {
+        s->mtime_ns = known.mtime_ns;
+        return;
+    }
+    if (!ask)
+        return;
+    struct newest_below n = {0};
+    if (core->store->ops->list_below(core->store, spath, newest_entry, &n) == 0 && n.keys) {
+        s->mtime_ns = n.newest;
+        core_meta_put(core, spath, 0, s);
+    }
+}
 
 /* An open file keeps the version it opened, and the kernel keeps one size
  * per path (its GETATTR of an fstat carries no handle): while the newest
@@ -269,20 +337,30 @@ static int listing_entry(void *arg, const char *name, const struct store_stat *s
     struct listing *l = arg;
     if (l->limit && ++l->count > l->limit)
         return 1; /* too large to keep whole: lookups will ask by name */
-    if (l->core->stage && stage_has_entry(l->core->stage, l->dir, name))
+    if (reported_staged(l, name) ||
+        (l->core->stage && stage_has_entry(l->core->stage, l->dir, name)))
         return 0; /* staged here: the overlay reported it (and knows better) */
     int n = snprintf(l->child, sizeof l->child, "%s%s%s", l->dir, *l->dir ? "/" : "", name);
-    if (n > 0 && (size_t)n < sizeof l->child)
-        core_meta_put(l->core, l->child, 0, s);
+    if (n <= 0 || (size_t)n >= sizeof l->child)
+        l->child[0] = '\0'; /* too long to be looked up: listed only */
+    struct store_stat stored = *s;
+    if (s->is_dir && !s->mtime_ns && l->fill && !l->dir_listed && dir_times_by_listing(l->core)) {
+        l->dir_listed = 1; /* one listing below dir times all its small subdirectories */
+        dir_listing(l->core, l->dir);
+    }
+    if (l->child[0]) {
+        fill_dir_time(l->core, l->child, &stored, l->fill != NULL);
+        core_meta_put(l->core, l->child, 0, &stored);
+    }
     if (l->core->index && !s->is_dir && strcmp(name, ".metadata") == 0)
         ckindex_notice(l->core->index, l->dir, s);
     if (!l->fill)
         return 0;
     struct stat st;
-    struct store_stat shown = *s;
-    if (!s->is_dir && n > 0 && (size_t)n < sizeof l->child)
+    struct store_stat shown = stored;
+    if (!s->is_dir && l->child[0])
         keep_opened_size(l->core, l->child, &shown);
-    to_stat(l->core, &shown, &st);
+    to_stat(l->core, l->child, &shown, &st);
     return l->fill(l->arg, name, &st);
 }
 
@@ -297,8 +375,6 @@ static int listing_entry(void *arg, const char *name, const struct store_stat *s
  * more than LISTING_MAX entries are marked too large and looked up by name,
  * except checkpoint directories (the index noticed their .metadata), whose
  * files are all opened anyway. */
-enum listing_state { NOT_LISTED, LISTED };
-
 static void marker_of(const char *dir, char *buf, size_t len)
 {
     snprintf(buf, len, "%s/", dir);
@@ -360,33 +436,62 @@ static void extend_listings(struct core *core, const char *dir)
 }
 
 /* list_below: every key below a directory; its direct children are the
- * first components (keys sharing one come together, in key order). */
+ * first components (keys sharing one come together, in key order). A
+ * subdirectory is reported when its keys end, with its time by the rule of
+ * store.h (the newest of its first keys); one cut off by the limit is not
+ * reported (lookups ask for it by name). The listed directory's own time
+ * comes out the same way (newest). */
 struct below {
     struct listing *l;
     size_t keys;
-    char last_dir[256]; /* the subdirectory reported last */
+    int64_t newest;             /* of the first STORE_DIR_TIME_KEYS keys */
+    char group[256];            /* the subdirectory whose keys come now, or "" */
+    size_t group_keys;          /* how many of its keys came */
+    struct store_stat group_st; /* its attributes so far */
 };
+
+/* The pending subdirectory's keys ended: report it. */
+static int below_flush(struct below *b)
+{
+    if (!b->group[0])
+        return 0;
+    int rc = listing_entry(b->l, b->group, &b->group_st);
+    b->group[0] = '\0';
+    return rc;
+}
 
 static int below_entry(void *arg, const char *rel, const struct store_stat *s)
 {
     struct below *b = arg;
     if (b->l->limit && ++b->keys > b->l->limit) {
         b->l->count = b->l->limit + 1; /* too large: looked up by name */
+        b->group[0] = '\0';            /* its time is not known */
         return 1;
     }
     if (!b->l->limit)
         b->keys++;
+    if (b->keys <= STORE_DIR_TIME_KEYS && s->mtime_ns > b->newest)
+        b->newest = s->mtime_ns;
+    if (!*rel)
+        return 0; /* the directory's own marker: its time only */
     const char *slash = strchr(rel, '/');
-    if (!slash)
-        return listing_entry(b->l, rel, s);
-    size_t n = (size_t)(slash - rel);
-    if (n == 0 || n >= sizeof b->last_dir ||
-        (strncmp(b->last_dir, rel, n) == 0 && b->last_dir[n] == '\0'))
+    size_t n = slash ? (size_t)(slash - rel) : 0;
+    if (slash && n > 0 && n < sizeof b->group && strncmp(b->group, rel, n) == 0 &&
+        b->group[n] == '\0') {
+        if (++b->group_keys <= STORE_DIR_TIME_KEYS && s->mtime_ns > b->group_st.mtime_ns)
+            b->group_st.mtime_ns = s->mtime_ns;
         return 0;
-    memcpy(b->last_dir, rel, n);
-    b->last_dir[n] = '\0';
-    struct store_stat dir = {.is_dir = 1};
-    return listing_entry(b->l, b->last_dir, &dir);
+    }
+    int rc = below_flush(b);
+    if (rc != 0 || !slash)
+        return rc != 0 ? rc : listing_entry(b->l, rel, s);
+    if (n == 0 || n >= sizeof b->group)
+        return 0;
+    memcpy(b->group, rel, n);
+    b->group[n] = '\0';
+    b->group_keys = 1;
+    b->group_st = (struct store_stat){.is_dir = 1, .mtime_ns = s->mtime_ns};
+    return 0;
 }
 
 struct listing_flight {
@@ -493,6 +598,10 @@ static enum listing_state list_dir(struct core *core, const char *dir)
     if (core->store->ops->list_below) {
         struct below b = {.l = &l};
         rc = core->store->ops->list_below(core->store, dir, below_entry, &b);
+        if (rc == 0 && (!l.limit || l.count <= l.limit))
+            rc = below_flush(&b);
+        if (rc == 0 && b.keys > 0) /* something below: a directory, of this time */
+            core_meta_put(core, dir, 0, &(struct store_stat){.is_dir = 1, .mtime_ns = b.newest});
         if (rc == 0 && b.keys == 0) { /* nothing below: an empty directory, or none */
             struct store_stat ds;
             int e = core->store->ops->stat(core->store, dir, &ds);
@@ -548,10 +657,23 @@ void core_listing_changed(struct core *core, const char *dir)
     forget_listing(core, dir);
 }
 
+/* A directory that holds staged files shows the later of its staged files'
+ * times and what the metadata cache knows of its time on the store. */
+static void staged_dir_time(struct core *core, const char *spath, struct store_stat *st)
+{
+    struct store_stat known;
+    int err;
+    if (st->is_dir && meta_find(core, spath, &err, &known) == META_FRESH && err == 0 &&
+        known.mtime_ns > st->mtime_ns)
+        st->mtime_ns = known.mtime_ns;
+}
+
 int core_lookup(struct core *core, const char *spath, struct store_stat *st)
 {
-    if (core->stage && stage_stat(core->stage, spath, st))
+    if (core->stage && stage_stat(core->stage, spath, st)) {
+        staged_dir_time(core, spath, st);
         return 0;
+    }
     return core_lookup_store(core, spath, st);
 }
 
@@ -564,27 +686,43 @@ int core_getattr(struct core *core, const char *path, struct stat *st)
         return rc;
     if (!s.is_dir)
         keep_opened_size(core, spath, &s);
-    to_stat(core, &s, st);
+    fill_dir_time(core, spath, &s, 1);
+    to_stat(core, spath, &s, st);
     return 0;
 }
 
 int core_fgetattr(struct core *core, struct core_file *f, struct stat *st)
 {
-    struct store_stat s = {.mtime = (int64_t)time(NULL)};
+    struct store_stat s = {.mtime_ns = (int64_t)time(NULL)};
     if (f->wf)
         s.size = stage_size(core->stage, f->wf);
     else
         s.size = cache_obj_size(f->obj);
-    to_stat(core, &s, st);
+    to_stat(core, "", &s, st);
     return 0;
 }
 
-/* Overlay entries go to the caller's fill as they are. */
+/* Overlay entries go to the caller's fill, directories with their time. */
 static int overlay_entry(void *arg, const char *name, const struct store_stat *s)
 {
     struct listing *l = arg;
     struct stat st;
-    to_stat(l->core, s, &st);
+    struct store_stat shown = *s;
+    int n = snprintf(l->child, sizeof l->child, "%s%s%s", l->dir, *l->dir ? "/" : "", name);
+    if (n > 0 && (size_t)n < sizeof l->child)
+        staged_dir_time(l->core, l->child, &shown);
+    if (l->nstaged == l->staged_cap) {
+        size_t cap = l->staged_cap ? 2 * l->staged_cap : 64;
+        char **grown = realloc(l->staged, cap * sizeof *grown);
+        if (!grown)
+            return -ENOMEM;
+        l->staged = grown;
+        l->staged_cap = cap;
+    }
+    if (!(l->staged[l->nstaged] = strdup(name)))
+        return -ENOMEM;
+    l->nstaged++;
+    to_stat(l->core, l->child, &shown, &st);
     return l->fill ? l->fill(l->arg, name, &st) : 0;
 }
 
@@ -592,7 +730,12 @@ int core_readdir(struct core *core, const char *path, core_fill_fn fill, void *a
 {
     struct listing l = {.core = core, .dir = core_store_path(path), .fill = fill, .arg = arg};
     int staged = core->stage ? stage_list(core->stage, l.dir, overlay_entry, &l) : 0;
+    if (l.nstaged)
+        qsort(l.staged, l.nstaged, sizeof *l.staged, cmp_name);
     int rc = core->store->ops->list(core->store, l.dir, listing_entry, &l);
+    for (size_t i = 0; i < l.nstaged; i++)
+        free(l.staged[i]);
+    free(l.staged);
     if (rc == 0)
         mark_listed(core, l.dir, 0);
     if (rc == -ENOENT &&
@@ -1034,6 +1177,17 @@ static void on_publish(void *arg, const char *path, const struct store_stat *st,
     if (path_dir(path, dir, sizeof dir) != 0)
         return;
     extend_listings(core, dir);
+    /* A new object is the newest below each directory above it (store.h's
+     * rule): they show its time now, not when their listings are next asked. */
+    char up[4096];
+    memcpy(up, dir, strlen(dir) + 1);
+    for (;;) { /* "a/b", "a", "" (the root) */
+        dirtime_touch(core->dirtimes, up, st->mtime_ns);
+        if (!*up)
+            break;
+        char *slash = strrchr(up, '/');
+        *(slash ? slash : up) = '\0';
+    }
     if (!core->index || strcmp(path_base(path), ".metadata") != 0)
         return;
     /* Loads right after a save use the index: built from what was published
@@ -1097,7 +1251,7 @@ int core_create(struct store *store, const struct core_config *cfg, struct core 
     core->uid = getuid();
     core->gid = getgid();
     core->started = mono_seconds();
-    core->started_wall = (int64_t)time(NULL);
+    core->dirtimes = dirtime_create();
     pthread_mutex_init(&core->meta_lock, NULL);
     pthread_mutex_init(&core->files_lock, NULL);
     pthread_mutex_init(&core->listing_lock, NULL);
@@ -1106,7 +1260,8 @@ int core_create(struct store *store, const struct core_config *cfg, struct core 
     /* Ranks stay "being read" this long after their last file closed: the
      * gap between two files of a per-item load. */
     core->cohort = cohort_create(2.0);
-    int rc = core->meta && core->cohort ? workq_create(cfg->workers, &core->wq) : -ENOMEM;
+    int rc = core->meta && core->cohort && core->dirtimes ? workq_create(cfg->workers, &core->wq)
+                                                          : -ENOMEM;
     if (rc == 0) {
         /* A GET is a run of whole blocks: --request-size 1.3M means 1.25M. */
         uint32_t bs = cfg->block_size, whole = bs ? cfg->request_size / bs * bs : 0;
@@ -1137,6 +1292,7 @@ int core_create(struct store *store, const struct core_config *cfg, struct core 
         pthread_mutex_destroy(&core->listing_lock);
         pthread_cond_destroy(&core->listing_done);
         cohort_destroy(core->cohort);
+        dirtime_destroy(core->dirtimes);
         free(core->meta);
         free(core);
         return rc;
@@ -1170,6 +1326,7 @@ void core_destroy(struct core *core)
     pthread_mutex_destroy(&core->listing_lock);
     pthread_cond_destroy(&core->listing_done);
     cohort_destroy(core->cohort);
+    dirtime_destroy(core->dirtimes);
     free(core->meta);
     free(core);
 }

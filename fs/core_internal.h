@@ -19,6 +19,7 @@
 #include "ckindex.h"
 #include "cohort.h"
 #include "core.h"
+#include "dirtime.h"
 #include "prefetch.h"
 #include "readahead.h"
 #include "stage.h"
@@ -48,7 +49,7 @@ struct core {
     uid_t uid;
     gid_t gid;
     double started;
-    int64_t started_wall; /* seconds since the epoch: directories' times */
+    struct dirtime *dirtimes; /* when this mount changed which directories */
 
     pthread_mutex_t meta_lock;
     struct meta_entry **meta; /* META_BUCKETS chains; protected by meta_lock */

@@ -5,6 +5,7 @@
  * area's business (stage.h); this file decides what each call means for
  * the store and the namespace, and keeps the metadata cache in step.
  */
+#include "clock.h"
 #include "core_internal.h"
 
 #include "log.h"
@@ -67,6 +68,15 @@ static int check_name(struct core *core, const char *spath)
     return s->ops->check_name ? s->ops->check_name(s, spath) : 0;
 }
 
+/* An entry was created, removed or renamed at spath: its directory changed
+ * now (POSIX; the store may not show it, dirtime.h). */
+static void entry_changed(struct core *core, const char *spath)
+{
+    char dir[4096];
+    if (path_dir(spath, dir, sizeof dir) == 0)
+        dirtime_touch(core->dirtimes, dir, wall_ns());
+}
+
 int core_create_file(struct core *core, const char *path, int flags, struct core_file **out)
 {
     (void)flags;
@@ -83,6 +93,7 @@ int core_create_file(struct core *core, const char *path, int flags, struct core
     rc = stage_create(core->stage, spath, &wf);
     if (rc < 0)
         return rc;
+    entry_changed(core, spath);
     return handle_for(core, wf, 1, out);
 }
 
@@ -245,6 +256,8 @@ int core_unlink(struct core *core, const char *path)
         rc = remove_from_store(core, spath);
     }
     core_meta_put(core, spath, -ENOENT, NULL);
+    if (rc == 0)
+        entry_changed(core, spath);
     return rc;
 }
 
@@ -269,9 +282,10 @@ int core_mkdir(struct core *core, const char *path)
      * checkpoint directory and the other nodes' ranks write into it). */
     rc = core->store->ops->mkdir(core->store, spath);
     if (rc == 0) {
-        struct store_stat dir = {.is_dir = 1, .mtime = (int64_t)time(NULL)};
+        struct store_stat dir = {.is_dir = 1, .mtime_ns = wall_ns()};
         core_meta_put(core, spath, 0, &dir);
         core_listing_made(core, spath);
+        entry_changed(core, spath);
     }
     return rc;
 }
@@ -295,6 +309,8 @@ int core_rmdir(struct core *core, const char *path)
     if (rc == 0) {
         core_meta_forget_below(core, spath); /* its listing mark too */
         core_meta_put(core, spath, -ENOENT, NULL);
+        dirtime_forget_below(core->dirtimes, spath);
+        entry_changed(core, spath);
     }
     return rc;
 }
@@ -439,7 +455,10 @@ int core_rename(struct core *core, const char *from, const char *to, unsigned fl
         if (sf.is_dir) { /* every name below both changed */
             core_meta_forget_below(core, sfrom);
             core_meta_forget_below(core, sto);
+            dirtime_forget_below(core->dirtimes, sfrom);
         }
+        entry_changed(core, sfrom);
+        entry_changed(core, sto);
         core_meta_put(core, sfrom, -ENOENT, NULL);
         core_meta_forget(core, sto);
         char dir[4096];

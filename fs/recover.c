@@ -188,7 +188,7 @@ static int restage(struct stage *st, const struct journal_rec *r, int fd)
     wf->id = r->id;
     wf->fd = fd;
     wf->size = r->size;
-    wf->mtime = (int64_t)time(NULL);
+    wf->mtime_ns = wall_ns();
     extents_init(&wf->written);
     int rc = extents_add(&wf->written, 0, r->size);
     wf->version = wf->seal_version = 2; /* sealed; 1 would be "a new, empty file" */

@@ -10,6 +10,7 @@
  * bytes to the store is upload.c's job; deciding when a .metadata may go
  * is commit.c's; recover.c takes over the journal at mount.
  */
+#include "clock.h"
 #include "stage.h"
 
 #include "log.h"
@@ -68,11 +69,6 @@ void stage_wait(struct stage *st, double seconds)
     ts.tv_sec += (time_t)seconds + ns / 1000000000L;
     ts.tv_nsec = ns % 1000000000L;
     pthread_cond_timedwait(&st->changed, &st->lock, &ts);
-}
-
-int64_t wall_seconds(void)
-{
-    return (int64_t)time(NULL);
 }
 
 int is_commit_name(const char *name)
@@ -241,7 +237,7 @@ static int wfile_new(struct stage *st, const char *path, struct wfile **out)
     extents_init(&wf->written);
     wf->refs = 1;
     wf->version = 1; /* even an empty new file differs from "nothing on the store" */
-    wf->mtime = wall_seconds();
+    wf->mtime_ns = wall_ns();
     wf->is_commit = is_commit_name(path_base(path));
     wf->held = is_hold_name(path_base(path));
     *out = wf;
@@ -757,7 +753,7 @@ void stage_write_end(struct stage *st, struct wfile *wf, uint64_t off, size_t le
         wf->parts[p - 1].busy--;
         wf->parts[p - 1].gen++;
     }
-    wf->mtime = wall_seconds();
+    wf->mtime_ns = wall_ns();
     if (written > 0) {
         st->stats.write_bytes += (uint64_t)written;
         note_write(st, (uint64_t)written);
@@ -813,7 +809,7 @@ int stage_truncate(struct stage *st, struct wfile *wf, uint64_t size)
         st->staged_bytes = st->staged_bytes - old + size;
         wf->size = size;
         wf->version++;
-        wf->mtime = wall_seconds();
+        wf->mtime_ns = wall_ns();
         if (wf->sealed_in_journal)
             unseal_record(st, wf);
         if (wf->writers == 0) /* truncate(2) without an open file is complete in itself */

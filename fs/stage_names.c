@@ -57,15 +57,16 @@ int stage_stat(struct stage *st, const char *path, struct store_stat *out)
     struct wfile *wf = stage_find_locked(st, path);
     if (wf) {
         out->size = wf->size;
-        out->mtime = wf->mtime;
+        out->mtime_ns = wf->mtime_ns;
         found = 1;
-    } else if (*path) { /* a directory holding staged files */
-        for (struct wfile *w = st->files; w && !found; w = w->next)
-            found = !w->unlinked && path_below(w->path, path);
-        if (found) {
-            out->is_dir = 1;
-            out->mtime = wall_seconds();
-        }
+    } else if (*path) { /* a directory holding staged files: of the newest's time */
+        for (struct wfile *w = st->files; w; w = w->next)
+            if (!w->unlinked && path_below(w->path, path)) {
+                found = 1;
+                if (w->mtime_ns > out->mtime_ns)
+                    out->mtime_ns = w->mtime_ns;
+            }
+        out->is_dir = found;
     }
     pthread_mutex_unlock(&st->lock);
     return found;
@@ -129,9 +130,15 @@ int stage_list(struct stage *st, const char *dir, store_list_fn fn, void *arg)
     for (struct wfile *wf = st->files; wf; wf = wf->next) {
         int leaf = 0;
         char name[256];
-        if (wf->unlinked || !child_of(wf->path, dir, name, sizeof name, &leaf) ||
-            name_seen(&seen, name))
+        if (wf->unlinked || !child_of(wf->path, dir, name, sizeof name, &leaf))
             continue;
+        if (name_seen(&seen, name)) { /* a subdirectory seen: of its newest file's time */
+            for (size_t i = 0; i < n; i++)
+                if (ents[i].st.is_dir && strcmp(ents[i].name, name) == 0 &&
+                    wf->mtime_ns > ents[i].st.mtime_ns)
+                    ents[i].st.mtime_ns = wf->mtime_ns;
+            continue;
+        }
         if (n == cap) {
             cap = cap ? 2 * cap : 16;
             struct entry *ne = realloc(ents, cap * sizeof *ne);
@@ -143,10 +150,10 @@ int stage_list(struct stage *st, const char *dir, store_list_fn fn, void *arg)
         snprintf(ents[n].name, sizeof ents[n].name, "%s", name);
         if (leaf) {
             ents[n].st.size = wf->size;
-            ents[n].st.mtime = wf->mtime;
+            ents[n].st.mtime_ns = wf->mtime_ns;
         } else { /* a subdirectory holding staged files */
             ents[n].st.is_dir = 1;
-            ents[n].st.mtime = wall_seconds();
+            ents[n].st.mtime_ns = wf->mtime_ns;
         }
         n++;
     }

@@ -34,10 +34,18 @@
 
 struct store_stat {
     uint64_t size;             /* object size in bytes (0 for directories) */
-    int64_t mtime;             /* seconds since the epoch, 0 if unknown */
+    int64_t mtime_ns;          /* nanoseconds since the epoch, 0 if unknown (see below) */
     int is_dir;                /* 1 for a directory (a common prefix on S3) */
     char etag[STORE_ETAG_MAX]; /* opaque version tag, "" if the backend has none */
 };
+
+/* A directory's time on a store of keys (S3), where a prefix has none of its
+ * own: the newest mtime_ns among the first STORE_DIR_TIME_KEYS keys below it in
+ * key order, its own "dir/" marker included (all of them, for a directory of
+ * no more keys; docs/design.md, "Directory times"). stat() of such a
+ * directory gives it; list() cannot (a common prefix carries no time) and
+ * reports 0, which the core fills in by the same rule from list_below(). */
+#define STORE_DIR_TIME_KEYS 1000
 
 /* Called once per entry of a listing. name is one path component, valid only
  * during the call. Return 0 to continue, non-zero to stop the listing early
@@ -100,8 +108,9 @@ struct store_ops {
     int (*list)(struct store *s, const char *dir, store_list_fn fn, void *arg);
 
     /* Optional: every object at any depth below directory dir, named by its
-     * path relative to dir ("sub/file"; a directory marker "sub/"), in key
-     * order; fn returning non-zero stops it (then 0 is returned). An empty
+     * path relative to dir ("sub/file"; a directory marker "sub/", dir's own
+     * marker ""), in key order; fn returning non-zero stops it (then 0 is
+     * returned). An empty
      * or missing dir gives no entries. Lookups list directories with it where
      * list() cannot be trusted to report a directory that holds only
      * directories (s3rver 3.7.1 omits such common prefixes). */

@@ -126,7 +126,7 @@ static void fill_stat(const struct stat *sb, struct store_stat *st)
     memset(st, 0, sizeof *st);
     st->is_dir = S_ISDIR(sb->st_mode);
     st->size = st->is_dir ? 0 : (uint64_t)sb->st_size;
-    st->mtime = sb->st_mtim.tv_sec;
+    st->mtime_ns = (int64_t)sb->st_mtim.tv_sec * 1000000000 + sb->st_mtim.tv_nsec;
     if (!st->is_dir)
         snprintf(st->etag, sizeof st->etag, "%" PRIx64 "-%" PRIx64 ".%09ld-%" PRIx64,
                  (uint64_t)sb->st_size, (uint64_t)sb->st_mtim.tv_sec, sb->st_mtim.tv_nsec,

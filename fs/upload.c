@@ -15,6 +15,7 @@
  * staged mode, jobs wait while the trainer writes on a contended CPU
  * (yield_to_writers).
  */
+#include "clock.h"
 #include "cpu_pressure.h"
 #include "journal.h"
 #include "log.h"
@@ -413,7 +414,7 @@ static void landed(struct stage *st, struct job *j, const char *etag)
             st->stats.commits++;
         else
             commit_wake(st, wf->path);
-        struct store_stat ns = {.size = j->size, .mtime = (int64_t)time(NULL)};
+        struct store_stat ns = {.size = j->size, .mtime_ns = wall_ns()};
         snprintf(ns.etag, sizeof ns.etag, "%s", etag);
         char *path = strdup(wf->path);
         struct stage_commit_snapshot *snap = wf->is_commit && st->cfg.on_publish

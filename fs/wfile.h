@@ -82,7 +82,7 @@ struct wfile {
     int fd;                    /* the staging file, open read-write */
     char *path;                /* current store path */
     uint64_t size;
-    int64_t mtime; /* seconds since the epoch of the last change */
+    int64_t mtime_ns; /* nanoseconds since the epoch of the last change */
     struct extents written;
     int writers; /* writable handles open */
     int refs;    /* handles, jobs and waiters holding the pointer */
@@ -185,9 +185,6 @@ int wfile_journal(struct stage *st, struct wfile *wf);
 
 /* Make sure parts[] has room for part `count` (lock held). 0 or -ENOMEM. */
 int wfile_parts_reserve(struct wfile *wf, uint32_t count);
-
-/* Seconds since the epoch. */
-int64_t wall_seconds(void);
 
 /* 1 if path lies at or below directory dir ("" = the root). */
 int path_below(const char *path, const char *dir);

@@ -154,6 +154,12 @@ static int parse_zone(const char *p, long *offset)
 
 int64_t s3_parse_iso8601(const char *s)
 {
+    int64_t ns = s3_parse_iso8601_ns(s);
+    return ns < 0 ? -1 : ns / 1000000000;
+}
+
+int64_t s3_parse_iso8601_ns(const char *s)
+{
     if (!s)
         return -1;
     const char *p = s;
@@ -165,12 +171,14 @@ int64_t s3_parse_iso8601(const char *s)
         return -1;
     if (mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || sec > 60)
         return -1;
+    int64_t frac = 0; /* nanoseconds; digits past the ninth are dropped */
     if (*p == '.') {
         p++;
         if (*p < '0' || *p > '9')
             return -1;
-        while (*p >= '0' && *p <= '9')
-            p++;
+        int64_t scale = 100000000;
+        for (; *p >= '0' && *p <= '9'; p++, scale /= 10)
+            frac += (*p - '0') * scale;
     }
     long offset;
     if (parse_zone(p, &offset) < 0)
@@ -185,7 +193,10 @@ int64_t s3_parse_iso8601(const char *s)
     time_t t = timegm(&tm);
     if (t == (time_t)-1)
         return -1;
-    return (int64_t)t - offset;
+    int64_t secs = (int64_t)t - offset;
+    if (secs < 0 || secs > INT64_MAX / 1000000000 - 1)
+        return -1;
+    return secs * 1000000000 + frac;
 }
 
 /* ---- URL decoding (EncodingType=url) ------------------------------------ */
@@ -286,8 +297,8 @@ static int parse_contents(xmlNodePtr n, struct s3_object *obj)
         } else if (is_elem(c, "Size")) {
             rc = parse_u64(t, &obj->size) < 0 ? -EINVAL : 0;
         } else if (is_elem(c, "LastModified")) {
-            int64_t m = s3_parse_iso8601(t);
-            obj->mtime = m < 0 ? 0 : m;
+            int64_t m = s3_parse_iso8601_ns(t);
+            obj->mtime_ns = m < 0 ? 0 : m;
         } else if (is_elem(c, "ETag")) {
             if (strlen(t) < sizeof obj->etag)
                 memcpy(obj->etag, t, strlen(t) + 1);

@@ -21,7 +21,7 @@
 struct s3_object {
     char *key;
     uint64_t size;
-    int64_t mtime;             /* LastModified, seconds since the epoch (0 if absent) */
+    int64_t mtime_ns;          /* LastModified, nanoseconds since the epoch (0 if absent) */
     char etag[STORE_ETAG_MAX]; /* as sent, quotes included; "" if absent or too long */
 };
 
@@ -93,5 +93,9 @@ int s3_xml_build_complete(const struct store_part *parts, size_t n, char **out, 
 /* "2009-10-12T17:50:30.000Z" (fraction and zone optional; Z or +hh:mm)
  * -> seconds since the epoch; -1 if malformed. */
 int64_t s3_parse_iso8601(const char *s);
+
+/* The same in nanoseconds since the epoch, with the fraction of a second
+ * kept (S3 writes milliseconds); -1 if malformed or before 1970. */
+int64_t s3_parse_iso8601_ns(const char *s);
 
 #endif

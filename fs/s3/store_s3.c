@@ -93,7 +93,7 @@ int s3_store_head(struct s3_store *s, const char *key, struct store_stat *st)
     if (rc == 0) {
         if (rs.status >= 200 && rs.status <= 299) {
             st->size = rs.content_length > 0 ? (uint64_t)rs.content_length : 0;
-            st->mtime = rs.last_modified;
+            st->mtime_ns = rs.last_modified * 1000000000;
             memcpy(st->etag, rs.etag, sizeof st->etag);
         } else if (rs.status == 404) {
             rc = -ENOENT;
@@ -105,16 +105,21 @@ int s3_store_head(struct s3_store *s, const char *key, struct store_stat *st)
     return rc;
 }
 
-/* Is there any key below "key/"? Then key is a directory. */
+/* Is there any key below "key/"? Then key is a directory, whose time is the
+ * newest of the first STORE_DIR_TIME_KEYS keys below it (store.h): one page. */
 static int probe_dir(struct s3_store *s, const char *key, struct store_stat *st)
 {
     char *prefix = str_printf("%s/", key);
     if (!prefix)
         return -ENOMEM;
-    struct s3_list_query lq = {.prefix = prefix, .max_keys = 1, .max_retries = s->max_retries};
+    struct s3_list_query lq = {
+        .prefix = prefix, .max_keys = STORE_DIR_TIME_KEYS, .max_retries = s->max_retries};
     struct s3_list_page page;
     int rc = s3_client_list_page(s->client, &lq, &page);
     if (rc == 0) {
+        for (size_t i = 0; i < page.nobjects && i < STORE_DIR_TIME_KEYS; i++)
+            if (page.objects[i].mtime_ns > st->mtime_ns)
+                st->mtime_ns = page.objects[i].mtime_ns;
         if (page.nobjects || page.nprefixes)
             st->is_dir = 1;
         else
@@ -215,7 +220,7 @@ static int emit_object(struct list_ctx *c, const struct s3_object *o)
         return 0;
     if (files_add(c, name) < 0)
         return -ENOMEM;
-    struct store_stat st = {.size = o->size, .mtime = o->mtime};
+    struct store_stat st = {.size = o->size, .mtime_ns = o->mtime_ns};
     memcpy(st.etag, o->etag, sizeof st.etag);
     c->stopped = c->fn(c->arg, name, &st) != 0;
     return 0;
@@ -344,9 +349,9 @@ static int emit_below_page(void *arg, const struct s3_list_page *page)
     struct below_ctx *c = arg;
     for (size_t i = 0; i < page->nobjects; i++) {
         const struct s3_object *o = &page->objects[i];
-        if (strncmp(o->key, c->prefix, c->plen) != 0 || !o->key[c->plen])
-            continue; /* not below, or dir's own marker */
-        struct store_stat st = {.size = o->size, .mtime = o->mtime};
+        if (strncmp(o->key, c->prefix, c->plen) != 0)
+            continue; /* not below (dir's own marker is "") */
+        struct store_stat st = {.size = o->size, .mtime_ns = o->mtime_ns};
         memcpy(st.etag, o->etag, sizeof st.etag);
         if (c->fn(c->arg, o->key + c->plen, &st) != 0)
             return 1;

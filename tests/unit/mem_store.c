@@ -20,7 +20,7 @@ struct mem_obj {
     char *path;
     unsigned char *data;
     size_t size;
-    int64_t mtime;
+    int64_t mtime_ns;
     char etag[STORE_ETAG_MAX];
 };
 
@@ -58,6 +58,7 @@ struct mem_store {
     uint64_t calls[MEM_OP_COUNT];
     mem_store_hook_fn hook;
     void *hook_arg;
+    int s3_listings; /* list_below and directory times as the S3 store has them */
     /* progressive reads: bytes "arrive" stream_chunk at a time, stream_us
      * apart; with stream_err, the read fails once stream_fail_at arrived */
     size_t stream_chunk, stream_fail_at;
@@ -145,7 +146,7 @@ static void set_obj(struct mem_store *m, const char *path, unsigned char *data, 
     }
     o->data = data;
     o->size = len;
-    o->mtime = (int64_t)time(NULL);
+    o->mtime_ns = (int64_t)time(NULL) * 1000000000;
     snprintf(o->etag, sizeof o->etag, "%s", etag);
 }
 
@@ -180,7 +181,7 @@ static void fill(const struct mem_obj *o, struct store_stat *st)
 {
     memset(st, 0, sizeof *st);
     st->size = o->size;
-    st->mtime = o->mtime;
+    st->mtime_ns = o->mtime_ns;
     snprintf(st->etag, sizeof st->etag, "%s", o->etag);
 }
 
@@ -246,6 +247,8 @@ static unsigned char *read_fd(int fd, uint64_t off, uint64_t len, int *rc)
     return b;
 }
 
+static int64_t newest_below_locked(struct mem_store *m, const char *dir);
+
 static int mem_stat(struct store *s, const char *path, struct store_stat *st)
 {
     struct mem_store *m = to_mem(s);
@@ -262,6 +265,8 @@ static int mem_stat(struct store *s, const char *path, struct store_stat *st)
         } else if (!*path || has_prefix(m, path)) {
             memset(st, 0, sizeof *st);
             st->is_dir = 1;
+            if (m->s3_listings)
+                st->mtime_ns = newest_below_locked(m, path);
         } else {
             rc = -ENOENT;
         }
@@ -274,6 +279,73 @@ struct entry {
     char *name;
     struct store_stat st;
 };
+
+static int cmp_entry(const void *a, const void *b)
+{
+    return strcmp(((const struct entry *)a)->name, ((const struct entry *)b)->name);
+}
+
+/* The keys below dir ("" = all), relative to it ("" for dir's own marker),
+ * in key order; *n their count. Lock held; the caller frees names and array. */
+static struct entry *keys_below_locked(struct mem_store *m, const char *dir, size_t *n)
+{
+    size_t dlen = strlen(dir);
+    struct entry *e = xrealloc(NULL, (m->nobjs + 1) * sizeof *e);
+    *n = 0;
+    for (size_t i = 0; i < m->nobjs; i++) {
+        const char *k = m->objs[i].path;
+        if (dlen && (strncmp(k, dir, dlen) != 0 || k[dlen] != '/'))
+            continue;
+        e[*n].name = strdup(k + dlen + (dlen ? 1 : 0));
+        if (!e[*n].name)
+            abort();
+        fill(&m->objs[i], &e[*n].st);
+        (*n)++;
+    }
+    qsort(e, *n, sizeof *e, cmp_entry);
+    return e;
+}
+
+/* A prefix's time by store.h's rule (the S3 store's probe). Lock held. */
+static int64_t newest_below_locked(struct mem_store *m, const char *dir)
+{
+    size_t n;
+    struct entry *e = keys_below_locked(m, dir, &n);
+    int64_t newest = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (i < STORE_DIR_TIME_KEYS && e[i].st.mtime_ns > newest)
+            newest = e[i].st.mtime_ns;
+        free(e[i].name);
+    }
+    free(e);
+    return newest;
+}
+
+static int mem_list_below(struct store *s, const char *dir, store_list_fn fn, void *arg)
+{
+    struct mem_store *m = to_mem(s);
+    struct mem_call c = {.op = MEM_OP_LIST, .path = dir};
+    int lost, rc = enter(m, &c, &lost);
+    if (rc < 0) {
+        atomic_fetch_add(&s->counters.list_requests, 1);
+        return leave(m, rc, 0);
+    }
+    size_t n;
+    pthread_mutex_lock(&m->lock);
+    struct entry *e = keys_below_locked(m, dir, &n);
+    pthread_mutex_unlock(&m->lock);
+    size_t i = 0, pages = 0;
+    for (; i < n && rc == 0; i++) {
+        if (i % 1000 == 0)
+            pages++; /* one ListObjectsV2 page per 1000 keys, fetched as reached */
+        rc = fn(arg, e[i].name, &e[i].st) != 0;
+    }
+    atomic_fetch_add(&s->counters.list_requests, pages ? pages : 1);
+    for (i = 0; i < n; i++)
+        free(e[i].name);
+    free(e);
+    return leave(m, 0, lost);
+}
 
 static int mem_list(struct store *s, const char *dir, store_list_fn fn, void *arg)
 {
@@ -754,6 +826,27 @@ static const struct store_ops mem_ops = {
     .destroy = mem_destroy,
 };
 
+/* The same with list_below (mem_store_s3_listings). */
+static const struct store_ops mem_ops_s3_listings = {
+    .scheme = "mem",
+    .stat = mem_stat,
+    .list = mem_list,
+    .list_below = mem_list_below,
+    .read = mem_read,
+    .read_progressive = mem_read_progressive,
+    .put = mem_put,
+    .mpu_begin = mem_mpu_begin,
+    .mpu_part = mem_mpu_part,
+    .mpu_complete = mem_mpu_complete,
+    .mpu_abort = mem_mpu_abort,
+    .mpu_list = mem_mpu_list,
+    .copy = mem_copy,
+    .remove = mem_remove,
+    .mkdir = mem_mkdir,
+    .rmdir = mem_rmdir,
+    .destroy = mem_destroy,
+};
+
 struct mem_store *mem_store_new(void)
 {
     struct mem_store *m = calloc(1, sizeof *m);
@@ -774,6 +867,24 @@ void mem_store_free(struct mem_store *m)
 {
     if (m)
         mem_destroy(&m->base);
+}
+
+void mem_store_s3_listings(struct mem_store *m)
+{
+    pthread_mutex_lock(&m->lock);
+    m->s3_listings = 1;
+    m->base.ops = &mem_ops_s3_listings;
+    pthread_mutex_unlock(&m->lock);
+}
+
+int mem_store_set_mtime(struct mem_store *m, const char *path, int64_t mtime_ns)
+{
+    pthread_mutex_lock(&m->lock);
+    struct mem_obj *o = find_obj(m, path);
+    if (o)
+        o->mtime_ns = mtime_ns;
+    pthread_mutex_unlock(&m->lock);
+    return o ? 0 : -ENOENT;
 }
 
 int mem_store_set(struct mem_store *m, const char *path, const void *data, size_t len, char *etag)

@@ -75,6 +75,13 @@ void mem_store_free(struct mem_store *m);
  * faults); a path ending in '/' makes a directory marker. etag (may be NULL)
  * gets the new object's etag. Returns 0 or -ENOMEM. */
 int mem_store_set(struct mem_store *m, const char *path, const void *data, size_t len, char *etag);
+/* Lists and times directories as the S3 store does: list_below (every key
+ * below, in key order, dir's own marker as ""; one counted LIST page per
+ * 1000 keys), and stat of a prefix gives the newest mtime of its first
+ * STORE_DIR_TIME_KEYS keys (store.h). Call before handing the store out. */
+void mem_store_s3_listings(struct mem_store *m);
+/* Sets the mtime of the object at path: 0 or -ENOENT. */
+int mem_store_set_mtime(struct mem_store *m, const char *path, int64_t mtime_ns);
 /* A malloc'd copy of the object at path (caller frees; one spare byte, so an
  * empty object is not NULL) and *len its size; NULL if there is none. */
 void *mem_store_get(struct mem_store *m, const char *path, size_t *len);

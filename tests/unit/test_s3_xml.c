@@ -39,10 +39,10 @@ Test(s3_xml, list_page_with_contents_and_prefixes)
     cr_assert_eq(p.nobjects, 2);
     cr_expect_str_eq(p.objects[0].key, "ckpt/model.bin");
     cr_expect_eq(p.objects[0].size, 434234);
-    cr_expect_eq(p.objects[0].mtime, 1255369830);
+    cr_expect_eq(p.objects[0].mtime_ns, 1255369830000000000LL);
     cr_expect_str_eq(p.objects[0].etag, "\"fba9dede5f27731c9771645a39863328\"");
     cr_expect_str_eq(p.objects[1].key, "ckpt/");
-    cr_expect_eq(p.objects[1].mtime, 0);
+    cr_expect_eq(p.objects[1].mtime_ns, 0);
     cr_expect_str_eq(p.objects[1].etag, "");
     cr_assert_eq(p.nprefixes, 2);
     cr_expect_str_eq(p.prefixes[0], "ckpt/shards/");
@@ -262,6 +262,25 @@ Test(s3_xml, iso8601)
     cr_expect_eq(s3_parse_iso8601("2009-10-12T17:50:30Zjunk"), -1);
     cr_expect_eq(s3_parse_iso8601(""), -1);
     cr_expect_eq(s3_parse_iso8601(NULL), -1);
+}
+
+/* LastModified keeps its fraction: two saves within a second stay ordered. */
+Test(s3_xml, iso8601_ns_keeps_the_fraction)
+{
+    cr_expect_eq(s3_parse_iso8601_ns("2009-10-12T17:50:30.123Z"), 1255369830123000000LL);
+    cr_expect_eq(s3_parse_iso8601_ns("2009-10-12T17:50:30Z"), 1255369830000000000LL);
+    cr_expect_eq(s3_parse_iso8601_ns("2009-10-12T19:50:30.5+02:00"), 1255369830500000000LL);
+    cr_expect_eq(s3_parse_iso8601_ns("2009-10-12T17:50:30.123456789123Z"),
+                 1255369830123456789LL); /* digits past nanoseconds dropped */
+    cr_expect_eq(s3_parse_iso8601_ns("1969-12-31T23:59:59Z"), -1);
+    cr_expect_eq(s3_parse_iso8601_ns("2009-10-12T17:50:30.Z"), -1);
+    const char *xml = "<ListBucketResult><Contents><Key>k</Key>"
+                      "<LastModified>2009-10-12T17:50:30.250Z</LastModified><Size>1</Size>"
+                      "</Contents></ListBucketResult>";
+    struct s3_list_page p;
+    cr_assert_eq(s3_xml_parse_list(xml, strlen(xml), &p), 0);
+    cr_expect_eq(p.objects[0].mtime_ns, 1255369830250000000LL);
+    s3_list_page_free(&p);
 }
 
 /* ---- multipart uploads and copies --------------------------------------- */

@@ -198,7 +198,7 @@ Test(store_dir, stat_files_dirs_and_missing)
     cr_assert_eq(s.size, 5);
     cr_assert_eq(s.is_dir, 0);
     cr_assert_neq(s.etag[0], '\0');
-    cr_assert_gt(s.mtime, 0);
+    cr_assert_gt(s.mtime_ns, 0);
     cr_assert_eq(st->ops->stat(st, "d", &s), 0);
     cr_assert_eq(s.is_dir, 1);
     cr_assert_eq(s.size, 0);
@@ -228,7 +228,7 @@ Test(store_dir, stat_of_and_fingerprint_agree_with_the_store)
     store_dir_stat_of(&sb, &t);
     cr_assert_str_eq(t.etag, s.etag);
     cr_assert_eq(t.size, s.size);
-    cr_assert_eq(t.mtime, s.mtime);
+    cr_assert_eq(t.mtime_ns, s.mtime_ns);
     cr_assert_eq(t.is_dir, 0);
     char fp[256], want[256];
     store_fingerprint(&t, fp, sizeof fp);
@@ -471,7 +471,7 @@ Test(store_dir, etag_differs_for_a_replacement_with_same_size_and_mtime)
     cr_assert_eq(st->ops->stat(st, "f", &s1), 0);
     cr_assert_eq(rename(b, a), 0);
     cr_assert_eq(st->ops->stat(st, "f", &s2), 0);
-    cr_assert_eq(s1.mtime, s2.mtime);
+    cr_assert_eq(s1.mtime_ns, s2.mtime_ns);
     cr_assert_str_neq(s1.etag, s2.etag);
     unsigned char buf[4];
     size_t n;
