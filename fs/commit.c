@@ -35,6 +35,7 @@
 #define COMMIT_MAX_RELIST 5.0
 #define COMMIT_LOG_EVERY 10.0
 #define COMMIT_SNAPSHOT_MAX (256u << 20) /* larger .metadata: the index reads the store */
+#define COMMIT_HEAD_MAX 4 /* this few files missing: ask for each by name, not a listing */
 
 static void free_needs(struct commit_need *needs, size_t n);
 
@@ -88,6 +89,17 @@ static size_t local_pending(struct stage *st, const struct wfile *self, const ch
     return n;
 }
 
+static int cmp_need(const void *a, const void *b)
+{
+    return strcmp(((const struct commit_need *)a)->name, ((const struct commit_need *)b)->name);
+}
+
+/* Whether an earlier check found need on the store, large enough. */
+static int need_met(const struct commit_need *need)
+{
+    return need->found_size != UINT64_MAX && need->found_size >= need->min_size;
+}
+
 /* Read the staged .metadata and note, per file it names, the size it needs
  * (no lock: reads the staging file, which a sealed, referenced file keeps). */
 static void parse_needs(struct wfile *wf, uint64_t size, struct commit_need **out, size_t *nout)
@@ -129,6 +141,7 @@ static void parse_needs(struct wfile *wf, uint64_t size, struct commit_need **ou
         }
     }
     if (needs) {
+        qsort(needs, c->nfiles, sizeof *needs, cmp_need); /* by name, as listings come */
         *out = needs;
         *nout = c->nfiles;
     }
@@ -146,28 +159,47 @@ static int on_entry(void *arg, const char *name, const struct store_stat *st)
     struct seen *s = arg;
     if (st->is_dir)
         return 0;
-    for (size_t i = 0; i < s->n; i++)
-        if (strcmp(s->needs[i].name, name) == 0)
-            s->size[i] = st->size;
+    struct commit_need key = {.name = (char *)name};
+    const struct commit_need *hit = bsearch(&key, s->needs, s->n, sizeof key, cmp_need);
+    if (hit)
+        s->size[hit - s->needs] = st->size;
     return 0;
 }
 
-/* How many needed files are missing or short on the store: one listing of
- * dir, plus a stat for names in subdirectories (no lock); size[i] gets the
- * size found for needs[i] (UINT64_MAX: none). The first one missing is named
- * in example. -errno if the store cannot be asked. */
+/* How many needed files (needs, sorted by name) are missing or short on
+ * the store (no lock); size[i] gets the size found for needs[i]
+ * (UINT64_MAX: none). One an earlier check found is not asked again; of the
+ * rest, at most COMMIT_HEAD_MAX are asked for by name, more by one listing
+ * of dir from the first of them on (list_after), and names in
+ * subdirectories by name. So a check costs what is still missing, not what
+ * the checkpoint holds (docs/design.md, "Request budget"). The first one
+ * missing is named in example. -errno if the store cannot be asked. */
 static long count_missing(struct store *store, const char *dir, struct commit_need *needs, size_t n,
                           uint64_t *size, char *example, size_t exlen)
 {
-    for (size_t i = 0; i < n; i++)
-        size[i] = UINT64_MAX;
-    struct seen s = {needs, n, size};
-    int rc = store->ops->list(store, dir, on_entry, &s);
-    if (rc == -ENOENT)
-        rc = 0; /* nothing there yet */
+    size_t first = n, left = 0;
+    for (size_t i = 0; i < n; i++) {
+        size[i] = need_met(&needs[i]) ? needs[i].found_size : UINT64_MAX;
+        if (size[i] == UINT64_MAX) {
+            left++;
+            if (first == n)
+                first = i;
+        }
+    }
+    if (!left)
+        return 0;
+    int rc = 0, by_name = left <= COMMIT_HEAD_MAX && left < n; /* the first check lists */
+    if (!by_name) {
+        struct seen s = {needs, n, size};
+        rc = first > 0 && store->ops->list_after
+                 ? store->ops->list_after(store, dir, needs[first - 1].name, on_entry, &s)
+                 : store->ops->list(store, dir, on_entry, &s);
+        if (rc == -ENOENT)
+            rc = 0; /* nothing there yet */
+    }
     long missing = 0;
     for (size_t i = 0; rc == 0 && i < n; i++) {
-        if (size[i] == UINT64_MAX && strchr(needs[i].name, '/')) {
+        if (size[i] == UINT64_MAX && (by_name || strchr(needs[i].name, '/'))) {
             char p[8192];
             snprintf(p, sizeof p, "%s%s%s", dir, *dir ? "/" : "", needs[i].name);
             struct store_stat sst;
@@ -265,8 +297,9 @@ static void check_one(struct stage *st, struct wfile *wf, double now)
                 free(found);
                 return;
             }
-            for (size_t i = 0; missing == 0 && i < n; i++)
-                wf->needs[i].found_size = found[i]; /* what the index will be told */
+            for (size_t i = 0; missing >= 0 && i < n; i++) /* seen: not asked again */
+                if (found[i] != UINT64_MAX && found[i] >= wf->needs[i].min_size)
+                    wf->needs[i].found_size = found[i]; /* what the index will be told */
             free(found);
         }
         if (missing == 0) {

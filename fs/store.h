@@ -116,6 +116,12 @@ struct store_ops {
      * directories (s3rver 3.7.1 omits such common prefixes). */
     int (*list_below)(struct store *s, const char *dir, store_list_fn fn, void *arg);
 
+    /* Optional (NULL: use list()): like list(), but only the entries whose
+     * names sort after `after` (byte order); -ENOENT is not reported (an
+     * empty answer). The commit check lists only what it has not seen. */
+    int (*list_after)(struct store *s, const char *dir, const char *after, store_list_fn fn,
+                      void *arg);
+
     /* Read up to len bytes of path at offset off into buf; *nread is set to
      * the count read (short only at end of object). If etag is non-NULL and
      * non-empty and the object no longer has that etag, fails with -ESTALE

@@ -808,9 +808,16 @@ int s3_client_perform(struct s3_client *s, const struct s3_request *rq, struct s
         if (rs->transport_rc == CURLE_OPERATION_TIMEDOUT &&
             atomic_fetch_add(&s->timeouts_in_a_row, 1) + 1 > S3_TIMEOUT_MAX_RETRIES)
             retry = 0; /* the endpoint does not answer: fail now */
-        log_debug("s3: %s s3://%s/%s%s%s -> %ld, %llu bytes in %lld ms", rq->what, s->bucket,
-                  rq->key ? rq->key : "", rq->range ? " " : "", rq->range ? rq->range : "",
-                  rs->status, (unsigned long long)rs->body_len, (long long)(now_ms() - started));
+        if (log_get_level() >= LOG_LVL_DEBUG) {
+            char query[512] = "";
+            for (size_t i = 0, n = 0; i < rq->nquery && n < sizeof query; i++)
+                n += (size_t)snprintf(query + n, sizeof query - n, "%s%s=%s", i ? "&" : "?",
+                                      rq->query[i].name, rq->query[i].value);
+            log_debug("s3: %s s3://%s/%s%s%s%s -> %ld, %llu bytes in %lld ms", rq->what, s->bucket,
+                      rq->key ? rq->key : "", query, rq->range ? " " : "",
+                      rq->range ? rq->range : "", rs->status, (unsigned long long)rs->body_len,
+                      (long long)(now_ms() - started));
+        }
         if (!retry || attempt >= rq->max_retries) {
             if (rc < 0)
                 note_failure(s, rq, rs, rc, reason, attempt + 1);
@@ -830,7 +837,7 @@ int s3_client_perform(struct s3_client *s, const struct s3_request *rq, struct s
 int s3_client_list_page(struct s3_client *s, const struct s3_list_query *lq,
                         struct s3_list_page *page)
 {
-    struct sigv4_pair q[6];
+    struct sigv4_pair q[7];
     size_t nq = 0;
     char max_keys[16];
     q[nq++] = (struct sigv4_pair){"list-type", "2"};
@@ -846,6 +853,8 @@ int s3_client_list_page(struct s3_client *s, const struct s3_list_query *lq,
     }
     if (lq->token)
         q[nq++] = (struct sigv4_pair){"continuation-token", lq->token};
+    else if (lq->start_after)
+        q[nq++] = (struct sigv4_pair){"start-after", lq->start_after};
     struct s3_request rq = {.what = "LIST",
                             .method = "GET",
                             .key = NULL,

@@ -133,9 +133,10 @@ struct s3_response {
 /* One ListObjectsV2 request. */
 struct s3_list_query {
     const char *prefix;
-    const char *token; /* continuation token or NULL */
-    int delimiter;     /* group by '/' */
-    int max_keys;      /* 0 = server default (1000) */
+    const char *token;       /* continuation token or NULL */
+    const char *start_after; /* first page: keys after this one only, or NULL */
+    int delimiter;           /* group by '/' */
+    int max_keys;            /* 0 = server default (1000) */
     int max_retries;
 };
 

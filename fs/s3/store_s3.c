@@ -264,14 +264,16 @@ static int emit_page(struct list_ctx *c, const struct s3_list_page *page)
 /* Every page of ListObjectsV2 for prefix (with or without a delimiter), each
  * handed to on_page as it comes, until one is not truncated or on_page
  * returns nonzero (> 0: stop, < 0: that error). */
-static int for_each_page(struct s3_store *s, const char *prefix, int delimiter,
-                         int (*on_page)(void *arg, const struct s3_list_page *page), void *arg)
+static int for_each_page(struct s3_store *s, const char *prefix, const char *start_after,
+                         int delimiter, int (*on_page)(void *arg, const struct s3_list_page *page),
+                         void *arg)
 {
     char *token = NULL;
     int rc = 0;
     do {
         struct s3_list_query lq = {.prefix = prefix,
                                    .token = token,
+                                   .start_after = start_after,
                                    .delimiter = delimiter,
                                    .max_retries = s->max_retries};
         struct s3_list_page page;
@@ -327,12 +329,33 @@ static int s3_list(struct store *base, const char *dir, store_list_fn fn, void *
     if (!prefix)
         return -ENOMEM;
     struct list_ctx c = {.fn = fn, .arg = arg, .prefix = prefix, .plen = strlen(prefix)};
-    int rc = for_each_page(s, prefix, 1, emit_list_page, &c);
+    int rc = for_each_page(s, prefix, NULL, 1, emit_list_page, &c);
     if (rc == 0 && !c.seen_any && *dir)
         rc = empty_dir_result(s, dir);
     for (size_t i = 0; i < c.nfiles; i++)
         free(c.files[i]);
     free(c.files);
+    free(prefix);
+    return rc;
+}
+
+/* list() from the first name after `after`: ListObjectsV2's start-after. */
+static int s3_list_after(struct store *base, const char *dir, const char *after, store_list_fn fn,
+                         void *arg)
+{
+    struct s3_store *s = (struct s3_store *)base;
+    char *prefix = s3_store_dir_prefix(s, dir);
+    char *start = prefix ? str_printf("%s%s", prefix, after) : NULL;
+    if (!start) {
+        free(prefix);
+        return -ENOMEM;
+    }
+    struct list_ctx c = {.fn = fn, .arg = arg, .prefix = prefix, .plen = strlen(prefix)};
+    int rc = for_each_page(s, prefix, start, 1, emit_list_page, &c);
+    for (size_t i = 0; i < c.nfiles; i++)
+        free(c.files[i]);
+    free(c.files);
+    free(start);
     free(prefix);
     return rc;
 }
@@ -368,7 +391,7 @@ static int s3_list_below(struct store *base, const char *dir, store_list_fn fn, 
     if (!prefix)
         return -ENOMEM;
     struct below_ctx c = {.fn = fn, .arg = arg, .prefix = prefix, .plen = strlen(prefix)};
-    int rc = for_each_page(s, prefix, 0, emit_below_page, &c);
+    int rc = for_each_page(s, prefix, NULL, 0, emit_below_page, &c);
     free(prefix);
     return rc;
 }
@@ -531,6 +554,7 @@ static const struct store_ops s3_ops = {
     .copy = s3_store_copy,
     .remove = s3_store_remove,
     .mkdir = s3_store_mkdir, /* a "dir/" marker object */
+    .list_after = s3_list_after,
     .rmdir = s3_store_rmdir, /* rename: NULL (directories are key prefixes) */
     .check_name = s3_check_name,
     .name_max = S3_KEY_MAX,
