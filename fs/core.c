@@ -38,6 +38,14 @@
  * reads this much wherever it reads, also past the last item it wants. */
 #define PREFERRED_IO_SIZE (128u << 10)
 #define LISTING_MAX 1000 /* lookups in larger directories ask the store by name */
+/* How long a save or a load keeps its directory's listing after its last
+ * create or open there, and a directory found to exist is trusted, whatever
+ * attr_timeout is (the gap between two files of a per-item save or load;
+ * docs/design.md, "Request budget"). */
+#define LISTING_LINGER 2.0
+/* The time of a directory with nothing below it on the store (an empty
+ * bucket root): known, so not asked again, and the earliest there is. */
+#define DIR_TIME_EMPTY 1
 
 void core_config_defaults(struct core_config *cfg)
 {
@@ -115,7 +123,9 @@ static void meta_purge_locked(struct core *core, int everything)
     meta_remove_if_locked(core, purged, &p);
 }
 
-void core_meta_put(struct core *core, const char *path, int err, const struct store_stat *st)
+/* core_meta_put, for an entry a listing made at mono time listed reported. */
+static void meta_put_listed(struct core *core, const char *path, int err,
+                            const struct store_stat *st, double listed)
 {
     if (core->cfg.attr_timeout <= 0)
         return;
@@ -143,7 +153,12 @@ void core_meta_put(struct core *core, const char *path, int err, const struct st
         core->meta[b] = e;
         core->meta_count++;
     }
-    e->expires = mono_seconds() + core->cfg.attr_timeout;
+    double life = core->cfg.attr_timeout;
+    if (err == 0 && st && st->is_dir && life < LISTING_LINGER)
+        life = LISTING_LINGER; /* directories come and go rarely; lookups walk them always */
+    e->expires = mono_seconds() + life;
+    e->listed = listed;
+    e->kept_until = 0;
     e->err = err;
     if (st)
         e->st = *st;
@@ -152,7 +167,30 @@ void core_meta_put(struct core *core, const char *path, int err, const struct st
     pthread_mutex_unlock(&core->meta_lock);
 }
 
+void core_meta_put(struct core *core, const char *path, int err, const struct store_stat *st)
+{
+    meta_put_listed(core, path, err, st, 0);
+}
+
 enum meta_state { META_ABSENT, META_EXPIRED, META_FRESH };
+
+/* A copy of what the cache has of path, expired or not: META_ABSENT, or the
+ * entry's state with *e filled (e->next and e->path not). */
+static enum meta_state meta_get(struct core *core, const char *path, struct meta_entry *e)
+{
+    enum meta_state state = META_ABSENT;
+    pthread_mutex_lock(&core->meta_lock);
+    for (struct meta_entry *m = core->meta[meta_bucket(path)]; m; m = m->next) {
+        if (strcmp(m->path, path) == 0) {
+            memcpy(e, m, sizeof *e);
+            e->next = NULL;
+            state = m->expires > mono_seconds() ? META_FRESH : META_EXPIRED;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&core->meta_lock);
+    return state;
+}
 
 /* What the cache knows of path; err and st (if not NULL) are filled for
  * META_FRESH, err alone for META_EXPIRED. */
@@ -239,6 +277,7 @@ struct listing {
     core_fill_fn fill;
     void *arg;
     size_t count, limit; /* entries seen; stop after limit (0: no limit) */
+    double stamp;        /* mono time the listing began: its entries' and mark's */
     int dir_listed;      /* readdir: dir was listed for its subdirectories' times */
     char **staged;       /* readdir: the names the overlay reported, sorted */
     size_t nstaged, staged_cap;
@@ -283,25 +322,61 @@ static int newest_entry(void *arg, const char *rel, const struct store_stat *s)
     return ++n->keys >= STORE_DIR_TIME_KEYS;
 }
 
+static int listing_from_mark(struct core *core, const char *dir, double *stamp);
+static void marker_of(const char *dir, char *buf, size_t len);
+
+/* The time of directory spath the metadata cache knows (its fresh entry's,
+ * or the one its valid listing mark recorded), or 0. */
+static int64_t known_dir_time(struct core *core, const char *spath)
+{
+    struct meta_entry e;
+    if (meta_get(core, spath, &e) == META_FRESH && e.err == 0 && e.st.is_dir && e.st.mtime_ns)
+        return e.st.mtime_ns;
+    char m[4100];
+    marker_of(spath, m, sizeof m);
+    double stamp;
+    if (listing_from_mark(core, spath, &stamp) >= 0 && meta_get(core, m, &e) != META_ABSENT)
+        return e.st.mtime_ns;
+    return 0;
+}
+
+/* Directory spath's entry, if the cache has one without a time, gets t
+ * (its expiry and listing stamp stay). */
+static void meta_set_dir_time(struct core *core, const char *spath, int64_t t)
+{
+    pthread_mutex_lock(&core->meta_lock);
+    for (struct meta_entry *e = core->meta[meta_bucket(spath)]; e; e = e->next)
+        if (strcmp(e->path, spath) == 0) {
+            if (e->err == 0 && e->st.is_dir && !e->st.mtime_ns)
+                e->st.mtime_ns = t;
+            break;
+        }
+    pthread_mutex_unlock(&core->meta_lock);
+}
+
 /* Fill in s->mtime_ns of directory spath when the store gave none (an S3
- * common prefix): from the metadata cache if it knows it, else, if ask, by
- * the rule of store.h (one LIST page below it), kept in the cache. */
+ * common prefix, the root): from the metadata cache if it knows it, else, if
+ * ask, from the listing lookups in spath use (dir_listing: it records the
+ * directory's time), else by the rule of store.h alone (one LIST page). */
 static void fill_dir_time(struct core *core, const char *spath, struct store_stat *s, int ask)
 {
     if (!s->is_dir || s->mtime_ns || !dir_times_by_listing(core))
         return;
-    struct store_stat known;
-    int err;
-    if (meta_find(core, spath, &err, &known) == META_FRESH && err == 0 && known.is_dir &&
-        known.mtime_ns) {
-        s->mtime_ns = known.mtime_ns;
+    if ((s->mtime_ns = known_dir_time(core, spath))) {
+        meta_set_dir_time(core, spath, s->mtime_ns); /* found by its listing: kept with it */
         return;
     }
     if (!ask)
         return;
+    log_debug("asking the store for the time of /%s", spath);
+    dir_listing(core, spath);
+    if ((s->mtime_ns = known_dir_time(core, spath))) {
+        meta_set_dir_time(core, spath, s->mtime_ns);
+        return;
+    }
     struct newest_below n = {0};
-    if (core->store->ops->list_below(core->store, spath, newest_entry, &n) == 0 && n.keys) {
-        s->mtime_ns = n.newest;
+    if (core->store->ops->list_below(core->store, spath, newest_entry, &n) == 0) {
+        s->mtime_ns = n.keys ? n.newest : DIR_TIME_EMPTY;
         core_meta_put(core, spath, 0, s);
     }
 }
@@ -350,10 +425,12 @@ static int listing_entry(void *arg, const char *name, const struct store_stat *s
     }
     if (l->child[0]) {
         fill_dir_time(l->core, l->child, &stored, l->fill != NULL);
-        core_meta_put(l->core, l->child, 0, &stored);
+        meta_put_listed(l->core, l->child, 0, &stored, l->stamp);
     }
-    if (l->core->index && !s->is_dir && strcmp(name, ".metadata") == 0)
+    if (l->core->index && !s->is_dir && strcmp(name, ".metadata") == 0) {
         ckindex_notice(l->core->index, l->dir, s);
+        l->limit = 0; /* a checkpoint: its files are all opened, list it whole */
+    }
     if (!l->fill)
         return 0;
     struct stat st;
@@ -388,12 +465,14 @@ static void forget_listing(struct core *core, const char *dir)
     core_meta_forget(core, m);
 }
 
-/* Mark dir as listed in full now (it was just made empty, or listed). */
-static void mark_listed(struct core *core, const char *dir, int err)
+/* Mark dir as listed in full (err 0: it was just made empty, or listed by
+ * the listing that began at stamp) or as too large to list (-E2BIG); newest:
+ * the directory's time the listing found (store.h), 0 if none. */
+static void mark_listed(struct core *core, const char *dir, int err, double stamp, int64_t newest)
 {
     char m[4100];
     marker_of(dir, m, sizeof m);
-    core_meta_put(core, m, err, NULL);
+    meta_put_listed(core, m, err, &(struct store_stat){.mtime_ns = newest}, stamp);
 }
 
 /* A positive entry of path lasts at least until expires (meta lock held). */
@@ -548,58 +627,76 @@ static void listing_finish(struct core *core, struct listing_flight *mine)
     pthread_mutex_unlock(&core->listing_lock);
 }
 
-/* What dir's listing mark says: LISTED, NOT_LISTED (too large to list),
- * or -1 (no fresh mark: list it). */
-static int listing_from_mark(struct core *core, const char *dir)
+/* What dir's listing mark says: LISTED (*stamp: the listing's), NOT_LISTED
+ * (too large to list), or -1 (no valid mark: list it). A whole listing is
+ * valid for attr_timeout, while this mount writes below dir, and while a
+ * save or a load keeps it (core_keep_listing). */
+static int listing_from_mark(struct core *core, const char *dir, double *stamp)
 {
     char m[4100];
     marker_of(dir, m, sizeof m);
-    int err;
-    enum meta_state mark = meta_find(core, m, &err, NULL);
-    if (mark != META_ABSENT) {
-        int writing = core->stage && stage_busy_below(core->stage, dir);
-        if (err == 0 && (mark == META_FRESH || writing))
+    struct meta_entry mark;
+    enum meta_state state = meta_get(core, m, &mark);
+    if (state != META_ABSENT) {
+        *stamp = mark.listed;
+        if (mark.err == 0 && (state == META_FRESH || mark.kept_until > mono_seconds() ||
+                              (core->stage && stage_busy_below(core->stage, dir))))
             return LISTED;
-        if (err == -E2BIG && mark == META_FRESH)
+        if (mark.err == -E2BIG && state == META_FRESH)
             return NOT_LISTED;
     }
     return -1;
 }
 
-static enum listing_state list_dir(struct core *core, const char *dir);
+static enum listing_state list_dir(struct core *core, const char *dir, double *stamp);
 
 /* Whether dir's entries are in the metadata cache (listing it if its mark
- * is stale; one LIST per directory however many lookups wait for it). */
-static enum listing_state dir_listing(struct core *core, const char *dir)
+ * is stale; one LIST per directory however many lookups wait for it);
+ * *stamp (if not NULL) gets the listing's stamp when LISTED. */
+static enum listing_state dir_listing_stamp(struct core *core, const char *dir, double *stamp)
 {
+    double ignored;
+    if (!stamp)
+        stamp = &ignored;
     if (core->cfg.attr_timeout <= 0)
         return NOT_LISTED; /* nothing is cached: a listing would answer one lookup */
     struct listing_flight *mine;
     for (;;) {
-        int known = listing_from_mark(core, dir);
+        int known = listing_from_mark(core, dir, stamp);
         if (known >= 0)
             return (enum listing_state)known;
         if (listing_claim(core, dir, &mine) != 0)
             break;
         /* another thread's listing ended: its mark answers, or it failed */
     }
-    enum listing_state st = list_dir(core, dir);
+    enum listing_state st = list_dir(core, dir, stamp);
     if (mine)
         listing_finish(core, mine);
     return st;
 }
 
-/* List dir from the store into the metadata cache and mark it listed. */
-static enum listing_state list_dir(struct core *core, const char *dir)
+static enum listing_state dir_listing(struct core *core, const char *dir)
+{
+    return dir_listing_stamp(core, dir, NULL);
+}
+
+/* List dir from the store into the metadata cache and mark it listed
+ * (*stamp: the listing's). */
+static enum listing_state list_dir(struct core *core, const char *dir, double *stamp)
 {
     int checkpoint = core->index && ckindex_is_checkpoint(core->index, dir);
-    struct listing l = {.core = core, .dir = dir, .limit = checkpoint ? 0 : LISTING_MAX};
+    struct listing l = {
+        .core = core, .dir = dir, .limit = checkpoint ? 0 : LISTING_MAX, .stamp = mono_seconds()};
+    *stamp = l.stamp;
+    log_debug("listing /%s for lookups%s", dir, checkpoint ? " (a checkpoint: whole)" : "");
     int rc;
+    int64_t newest = 0;
     if (core->store->ops->list_below) {
         struct below b = {.l = &l};
         rc = core->store->ops->list_below(core->store, dir, below_entry, &b);
         if (rc == 0 && (!l.limit || l.count <= l.limit))
             rc = below_flush(&b);
+        newest = b.keys ? b.newest : DIR_TIME_EMPTY;
         if (rc == 0 && b.keys > 0) /* something below: a directory, of this time */
             core_meta_put(core, dir, 0, &(struct store_stat){.is_dir = 1, .mtime_ns = b.newest});
         if (rc == 0 && b.keys == 0) { /* nothing below: an empty directory, or none */
@@ -611,13 +708,13 @@ static enum listing_state list_dir(struct core *core, const char *dir)
         rc = core->store->ops->list(core->store, dir, listing_entry, &l);
     }
     if (rc == -ENOENT || rc == -ENOTDIR) { /* no such directory: nothing is in it */
-        mark_listed(core, dir, 0);
+        mark_listed(core, dir, 0, l.stamp, 0);
         return LISTED;
     }
     if (rc < 0)
         return NOT_LISTED; /* the lookup by name reports the store's trouble */
     int whole = !l.limit || l.count <= l.limit;
-    mark_listed(core, dir, whole ? 0 : -E2BIG);
+    mark_listed(core, dir, whole ? 0 : -E2BIG, l.stamp, newest);
     return whole ? LISTED : NOT_LISTED;
 }
 
@@ -628,20 +725,29 @@ int core_lookup_store(struct core *core, const char *spath, struct store_stat *s
     if (known == META_FRESH)
         return err;
     char dir[4096];
+    double stamp;
     /* A name absent from the cache of a listed directory is not in the
-     * listing. One listed whose entry expired (put long before the mark, or
-     * the mark outlives it while this mount writes into dir) is asked for by
-     * name below. */
-    if (*spath && path_dir(spath, dir, sizeof dir) == 0 && dir_listing(core, dir) == LISTED) {
-        known = meta_find(core, spath, &err, st); /* the listing may have put it */
-        if (known == META_FRESH)
-            return err;
+     * listing, and one the valid listing reported (its entry carries the
+     * listing's stamp) is as the listing says, however old. One whose entry
+     * expired and came from elsewhere (a lookup by name, a publish) is asked
+     * for by name below. */
+    if (*spath && path_dir(spath, dir, sizeof dir) == 0 &&
+        dir_listing_stamp(core, dir, &stamp) == LISTED) {
+        struct meta_entry e;
+        known = meta_get(core, spath, &e); /* the listing may have put it */
+        if (known == META_FRESH || (known == META_EXPIRED && e.listed > 0 && e.listed == stamp)) {
+            if (e.err == 0)
+                *st = e.st;
+            return e.err;
+        }
         if (known == META_ABSENT) {
-            core_meta_put(core, spath, -ENOENT, NULL);
+            meta_put_listed(core, spath, -ENOENT, NULL, stamp);
             return -ENOENT;
         }
     }
     err = core->store->ops->stat(core->store, spath, st);
+    if (err == 0)
+        fill_dir_time(core, spath, st, 0); /* the root: its time from its listing */
     if (err == 0 || err == -ENOENT)
         core_meta_put(core, spath, err, err == 0 ? st : NULL);
     return err;
@@ -649,7 +755,34 @@ int core_lookup_store(struct core *core, const char *spath, struct store_stat *s
 
 void core_listing_made(struct core *core, const char *dir)
 {
-    mark_listed(core, dir, 0);
+    mark_listed(core, dir, 0, mono_seconds(), 0);
+}
+
+void core_keep_listing(struct core *core, const char *dir)
+{
+    if (core->cfg.attr_timeout <= 0)
+        return; /* nothing is cached */
+    double until =
+        mono_seconds() +
+        (LISTING_LINGER > core->cfg.attr_timeout ? LISTING_LINGER : core->cfg.attr_timeout);
+    char m[4100];
+    marker_of(dir, m, sizeof m);
+    pthread_mutex_lock(&core->meta_lock);
+    for (struct meta_entry *e = core->meta[meta_bucket(m)]; e; e = e->next)
+        if (strcmp(e->path, m) == 0) {
+            if (e->err == 0 && e->kept_until < until)
+                e->kept_until = until;
+            break;
+        }
+    m[strlen(m) - 1] = '\0';
+    for (;;) { /* "a/b", "a", "" (the root) */
+        meta_extend_locked(core, m, until);
+        if (!*m)
+            break;
+        char *slash = strrchr(m, '/');
+        *(slash ? slash : m) = '\0';
+    }
+    pthread_mutex_unlock(&core->meta_lock);
 }
 
 void core_listing_changed(struct core *core, const char *dir)
@@ -728,7 +861,11 @@ static int overlay_entry(void *arg, const char *name, const struct store_stat *s
 
 int core_readdir(struct core *core, const char *path, core_fill_fn fill, void *arg)
 {
-    struct listing l = {.core = core, .dir = core_store_path(path), .fill = fill, .arg = arg};
+    struct listing l = {.core = core,
+                        .dir = core_store_path(path),
+                        .fill = fill,
+                        .arg = arg,
+                        .stamp = mono_seconds()};
     int staged = core->stage ? stage_list(core->stage, l.dir, overlay_entry, &l) : 0;
     if (l.nstaged)
         qsort(l.staged, l.nstaged, sizeof *l.staged, cmp_name);
@@ -737,7 +874,7 @@ int core_readdir(struct core *core, const char *path, core_fill_fn fill, void *a
         free(l.staged[i]);
     free(l.staged);
     if (rc == 0)
-        mark_listed(core, l.dir, 0);
+        mark_listed(core, l.dir, 0, l.stamp, known_dir_time(core, l.dir));
     if (rc == -ENOENT &&
         (staged || (core->stage && stage_stat(core->stage, l.dir, &(struct store_stat){0}))))
         rc = 0; /* a directory that exists only on this mount so far */
@@ -748,9 +885,16 @@ int core_readdir(struct core *core, const char *path, core_fill_fn fill, void *a
 static void notice_checkpoint(struct core *core, const char *spath, const struct store_stat *s)
 {
     char dir[4096];
-    if (core->index && strcmp(path_base(spath), ".metadata") == 0 &&
-        path_dir(spath, dir, sizeof dir) == 0)
+    if (!core->index || path_dir(spath, dir, sizeof dir) != 0)
+        return;
+    if (strcmp(path_base(spath), ".metadata") == 0) {
         ckindex_notice(core->index, dir, s);
+        double stamp;
+        if (listing_from_mark(core, dir, &stamp) == NOT_LISTED)
+            forget_listing(core, dir); /* too large before; a checkpoint is listed whole */
+    }
+    if (ckindex_is_checkpoint(core->index, dir))
+        core_keep_listing(core, dir);
 }
 
 struct core_file *core_file_new(void)

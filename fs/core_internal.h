@@ -32,7 +32,9 @@
 struct meta_entry {
     struct meta_entry *next;
     double expires;
-    int err; /* 0 or -ENOENT */
+    double listed;     /* mono time of the listing that put it (and of a mark: its own); 0 */
+    double kept_until; /* a mark: a save or load keeps the listing until then (core_keep_listing) */
+    int err;           /* 0 or -ENOENT (a mark: 0, or -E2BIG: too large to list) */
     struct store_stat st;
     char path[];
 };
@@ -115,6 +117,14 @@ void core_meta_forget_below(struct core *core, const char *dir);
 
 /* Directory dir was just made, empty: lookups in it need not ask the store. */
 void core_listing_made(struct core *core, const char *dir);
+
+/* A save or a load is working in directory dir (a file created there, or a
+ * file of a checkpoint directory opened): dir's whole listing, if any, stays
+ * valid until LISTING_LINGER s from now, and dir and every directory above
+ * it stay known to exist that long, so the lookups of the files it creates
+ * or opens and the kernel's revalidations of the path cost no request,
+ * whatever --attr-timeout is (docs/design.md, "Request budget"). */
+void core_keep_listing(struct core *core, const char *dir);
 
 /* A name appeared in dir behind the metadata cache (a rename on the store):
  * the next lookup there lists it again. */

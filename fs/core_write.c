@@ -94,6 +94,9 @@ int core_create_file(struct core *core, const char *path, int flags, struct core
     if (rc < 0)
         return rc;
     entry_changed(core, spath);
+    char dir[4096];
+    if (path_dir(spath, dir, sizeof dir) == 0)
+        core_keep_listing(core, dir); /* a save: its next files' lookups cost nothing */
     return handle_for(core, wf, 1, out);
 }
 
@@ -285,6 +288,7 @@ int core_mkdir(struct core *core, const char *path)
         struct store_stat dir = {.is_dir = 1, .mtime_ns = wall_ns()};
         core_meta_put(core, spath, 0, &dir);
         core_listing_made(core, spath);
+        core_keep_listing(core, spath); /* made to be written into (a save's directory) */
         entry_changed(core, spath);
     }
     return rc;

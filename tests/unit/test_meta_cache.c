@@ -146,3 +146,45 @@ Test(meta_cache, lookups_in_one_directory_at_once_share_one_listing)
     cr_expect_eq(mem_store_calls(mem, MEM_OP_STAT), 0, "the listing answers every name");
     cr_expect_eq(atomic_load(&core->listing_waits), 3);
 }
+
+/* A save or a load working in a directory keeps its listing (core_keep_listing):
+ * lookups in it, and of the directories above, ask nothing past attr_timeout,
+ * for as long as the work goes on (design.md, "Request budget"). */
+Test(meta_cache, a_kept_listing_answers_past_attr_timeout, .init = NULL)
+{
+    start(0.05);
+    cr_assert_eq(mem_store_set(mem, "d/b", "01", 2, NULL), 0);
+    struct stat st;
+    cr_assert_eq(core_getattr(core, "/d", &st), 0); /* the path walk: lists the root */
+    cr_assert_eq(size_of("/d/a"), 10);              /* lists d */
+    uint64_t n = asked();
+    for (int i = 0; i < 4; i++) { /* 0.4 s of work, each step past attr_timeout */
+        core_keep_listing(core, "d");
+        sleep_s(0.1);
+        cr_assert_eq(size_of("/d/a"), 10);
+        cr_assert_eq(size_of("/d/b"), 2);
+        cr_assert_eq(size_of("/d/none"), -ENOENT);
+        cr_assert_eq(core_getattr(core, "/d", &st), 0);
+    }
+    cr_assert_eq(asked(), n, "a kept listing asked the store %llu times",
+                 (unsigned long long)(asked() - n));
+    sleep_s(2.2); /* the work stopped: past the linger, the store is asked again */
+    cr_assert_eq(size_of("/d/a"), 10);
+    cr_assert_gt(asked(), n);
+}
+
+/* An entry the kept listing did not report (put by a publish, say) expires with
+ * attr_timeout as before: it is asked for by name, not trusted with the listing. */
+Test(meta_cache, an_entry_from_elsewhere_is_not_kept_with_the_listing, .init = NULL)
+{
+    start(0.05);
+    cr_assert_eq(size_of("/d/a"), 10); /* lists d */
+    cr_assert_eq(mem_store_set(mem, "d/late", "0123", 4, NULL), 0);
+    struct store_stat st = {.size = 3};
+    core_meta_put(core, "d/late", 0, &st);
+    core_keep_listing(core, "d");
+    sleep_s(0.1);
+    uint64_t stats = mem_store_calls(mem, MEM_OP_STAT);
+    cr_assert_eq(size_of("/d/late"), 4, "the expired entry must be asked for by name");
+    cr_assert_eq(mem_store_calls(mem, MEM_OP_STAT), stats + 1);
+}
