@@ -187,7 +187,7 @@ void pkl_options_default(struct pkl_options *o)
     o->lim.max_memory = (size_t)4 << 30;
     o->lim.max_stack = 65536;
     o->lim.max_marks = 1024;
-    o->lim.max_memo = (size_t)16 << 20;
+    o->lim.max_memo = (size_t)256 << 20; /* 1,024-rank .metadata: ~20M; charged to max_memory */
     o->lim.max_container = (size_t)64 << 20;
     o->lim.max_long_bytes = 1024;
     o->lim.max_global_len = 1024;
@@ -669,6 +669,10 @@ static int memo_put(struct parser *P, uint64_t idx)
         size_t ncap = P->memo_cap ? P->memo_cap : 64;
         while (ncap <= idx)
             ncap *= 2;
+        if (P->lim->max_memory &&
+            ncap * sizeof(struct pkl_value *) + P->doc->arena.used >= P->lim->max_memory)
+            return fail(P, CKPT_ELIMIT, "memory limit of %zu bytes reached (memo of %zu)",
+                        P->lim->max_memory, ncap);
         struct pkl_value **m = realloc(P->memo, ncap * sizeof(*m));
         if (!m)
             return oom(P);

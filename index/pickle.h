@@ -108,7 +108,7 @@ struct pkl_limits {
     size_t max_memory;     /* bytes the value graph may use (default 4 GiB) */
     size_t max_stack;      /* values on the stack at once (default 65536) */
     size_t max_marks;      /* open MARKs at once (default 1024) */
-    size_t max_memo;       /* memo entries (default 16M) */
+    size_t max_memo;       /* memo entries (default 256M; the memo's array counts in max_memory) */
     size_t max_container;  /* items in one list/tuple/dict/set (default 64M) */
     size_t max_long_bytes; /* LONG1/LONG4 payload bytes (default 1024) */
     size_t max_global_len; /* bytes of a GLOBAL module or name (default 1024) */
