@@ -1,0 +1,93 @@
+"""tests/integration/test_request_budget.py - the requests a save and a load send, per
+mount, for 16 ranks on 4 mounts ("nodes"): the budget of docs/design.md, "Request
+budget", held exactly.
+
+The ranks are tools/lib/dcp_sim.py's: torch 1.13 DCP's file-system side (the files, their
+order, a real .metadata built with torch's classes) driven from a few processes per
+mount, so 16 ranks cost no 16 torch processes. Requests are the daemons' own counters
+(the stats xattr), which count every request sent, retries included.
+"""
+
+import os
+import sys
+
+import pytest
+
+import harness
+
+sys.path.insert(0, os.path.join(harness.REPO_ROOT, "tools", "lib"))
+import dcp_sim  # noqa: E402
+
+RANKS, MOUNTS, TENSORS, ITEM = 16, 4, 12, 2048
+DEBUG = os.environ.get("BUDGET_DEBUG", "").split()
+KINDS = ("get_requests", "head_requests", "list_requests")
+WRITE_KINDS = ("put_requests", "mpu_begin_requests", "part_requests", "complete_requests",
+               "copy_requests", "delete_requests", "upload_list_requests")
+
+
+def requests(m):
+    s = m.stats()
+    out = {k: s[k] for k in KINDS}
+    out.update({k: s["write"][k] for k in WRITE_KINDS})
+    return out
+
+
+def run(store, mounter, layout, fsync, *args):
+    sim = dcp_sim.build(RANKS, TENSORS, layout, ITEM)
+    savers = [mounter(store, f"--fsync={fsync}", *args, *DEBUG) for _ in range(MOUNTS)]
+    dcp_sim.save([m.p() for m in savers], sim, 1, subdir="run/ckpt")
+    for m in savers:
+        m.sync()
+    saved = [requests(m) for m in savers]
+    for m in savers:
+        m.close()
+    loaders = [mounter(store, *args) for _ in range(MOUNTS)]
+    dcp_sim.load([m.p() for m in loaders], sim, 2, subdir="run/ckpt")
+    loaded = [requests(m) for m in loaders]
+    return sim, saved, loaded
+
+
+def own_files(sim, mount):
+    """How many of the checkpoint's files the ranks placed on this mount save (and load)."""
+    return sum(1 for _, _, r in sim.files if dcp_sim.node_of(r, RANKS, MOUNTS) == mount)
+
+
+@pytest.mark.parametrize("layout", ["per-item", "per-rank"])
+@pytest.mark.parametrize("attr", ["1", "0.05"])
+@pytest.mark.parametrize("fsync", ["remote", "staged"])
+def test_request_budget(store, mounter, layout, attr, fsync):
+    """design.md "Request budget": per mount, a load of run/ckpt sends one GET per file its
+    ranks read (+2 for .metadata: the index's and the ranks'), and one LIST per directory
+    on the path plus the mount's bucket check and the index build's listing, however short
+    --attr-timeout is; no HEAD. A save sends one PUT per file and the same listings; the
+    coordinator's commit check lists once (remote mode: every shard is on the store when
+    .metadata is written), and in staged mode each later check asks only for what is still
+    missing (<= 4 HEADs, or one listing from the first missing name)."""
+    sim, saved, loaded = run(store, mounter, layout, fsync, "--attr-timeout", attr)
+    for m in range(MOUNTS):
+        print("mount", m, "save", {k: v for k, v in saved[m].items() if v}, "load",
+              {k: v for k, v in loaded[m].items() if v})
+    s3 = isinstance(store, harness.S3Store)
+    for m in range(MOUNTS):
+        files = own_files(sim, m)
+        got = loaded[m]
+        want = dict.fromkeys(KINDS + WRITE_KINDS, 0)
+        if s3:
+            want.update(get_requests=files + 2, list_requests=5)
+        else:  # the local directory: a stat at mount, a listing per directory and the index's
+            want.update(get_requests=got["get_requests"], head_requests=1, list_requests=4)
+        assert got == want, (m, "load", got)
+        got = saved[m]
+        coord = m == 0
+        want = dict.fromkeys(KINDS + WRITE_KINDS, 0)
+        # the coordinator also PUTs the run/ and run/ckpt/ markers and .metadata on S3
+        want["put_requests"] = files + (3 if coord and s3 else 1 if coord else 0)
+        if s3:
+            want["list_requests"] = 3 if coord else 4  # bucket check, root (+ run, ckpt)
+        else:
+            want.update(head_requests=1, list_requests=2 if coord else 3)
+        if coord and fsync == "staged":  # the commit check's later polls (timing)
+            assert 0 <= got["list_requests"] - want["list_requests"] <= 3, (m, got)
+            assert got["head_requests"] - want["head_requests"] <= 8, (m, got)
+            got = dict(got, list_requests=want["list_requests"], head_requests=want["head_requests"])
+        assert got == want, (m, "save", got)
