@@ -881,19 +881,32 @@ int core_readdir(struct core *core, const char *path, core_fill_fn fill, void *a
     return rc;
 }
 
-/* Opening DIR/.metadata means DIR is a checkpoint: make sure it is indexed. */
-static void notice_checkpoint(struct core *core, const char *spath, const struct store_stat *s)
+/* Opening DIR/.metadata means DIR is a checkpoint: make sure it is indexed.
+ * 1 if spath is a file of a checkpoint directory (its listing was kept). */
+static int notice_checkpoint(struct core *core, const char *spath, const struct store_stat *s)
 {
     char dir[4096];
     if (!core->index || path_dir(spath, dir, sizeof dir) != 0)
-        return;
+        return 0;
     if (strcmp(path_base(spath), ".metadata") == 0) {
         ckindex_notice(core->index, dir, s);
         double stamp;
         if (listing_from_mark(core, dir, &stamp) == NOT_LISTED)
             forget_listing(core, dir); /* too large before; a checkpoint is listed whole */
     }
-    if (ckindex_is_checkpoint(core->index, dir))
+    if (!ckindex_is_checkpoint(core->index, dir))
+        return 0;
+    core_keep_listing(core, dir);
+    return 1;
+}
+
+/* A file of a checkpoint directory was closed: the load is still working
+ * there (its read may have outlasted the listing, as a large .metadata read
+ * from a busy store does), so the listing is kept from now on. */
+static void keep_listing_after_close(struct core *core, const struct core_file *f)
+{
+    char dir[4096];
+    if (f->in_checkpoint && f->obj && path_dir(cache_obj_path(f->obj), dir, sizeof dir) == 0)
         core_keep_listing(core, dir);
 }
 
@@ -944,10 +957,11 @@ int core_open(struct core *core, const char *path, int flags, struct core_file *
         return rc;
     if (s.is_dir)
         return -EISDIR;
-    notice_checkpoint(core, spath, &s);
+    int in_checkpoint = notice_checkpoint(core, spath, &s);
     struct core_file *f = core_file_new();
     if (!f)
         return -ENOMEM;
+    f->in_checkpoint = in_checkpoint;
     f->obj = cache_obj_get(core->cache, spath, s.etag, s.size, keep_cache);
     if (!f->obj) {
         pthread_mutex_destroy(&f->ra_lock);
@@ -1207,6 +1221,8 @@ static void release(struct core *core, struct core_file *f, int abandoned)
     pthread_mutex_unlock(&core->files_lock);
     if (f->fd >= 0)
         close(f->fd);
+    if (!abandoned)
+        keep_listing_after_close(core, f);
     if (f->wf) {
         if (f->writable && abandoned)
             stage_writer_abandon(core->stage, f->wf);

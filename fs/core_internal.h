@@ -91,6 +91,7 @@ struct core_file {
     struct prefetch pf;   /* index-guided item prefetch (prefetch.h), protected by ra_lock */
     uint64_t released_to; /* blocks before this were released behind the reader */
     int superseded;       /* this mount published a newer version of its path (files_lock) */
+    int in_checkpoint;    /* a file of a checkpoint directory: its close keeps the listing */
     struct core_file *prev, *next; /* core->files, protected by core->files_lock */
 };
 
