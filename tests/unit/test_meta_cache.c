@@ -44,6 +44,8 @@ static void teardown(void)
     if (core)
         core_destroy(core);
     mem_store_free(mem);
+    core = NULL;
+    mem = NULL;
 }
 
 TestSuite(meta_cache, .init = setup, .fini = teardown);
@@ -153,8 +155,9 @@ Test(meta_cache, lookups_in_one_directory_at_once_share_one_listing)
 /* A save or a load working in a directory keeps its listing (core_keep_listing):
  * lookups in it, and of the directories above, ask nothing past attr_timeout,
  * for as long as the work goes on (design.md, "Request budget"). */
-Test(meta_cache, a_kept_listing_answers_past_attr_timeout, .init = NULL)
+Test(meta_cache, a_kept_listing_answers_past_attr_timeout)
 {
+    teardown(); /* the suite's core: one with a short timeout instead */
     start(0.05);
     cr_assert_eq(mem_store_set(mem, "d/b", "01", 2, NULL), 0);
     struct stat st;
@@ -178,8 +181,9 @@ Test(meta_cache, a_kept_listing_answers_past_attr_timeout, .init = NULL)
 
 /* An entry the kept listing did not report (put by a publish, say) expires with
  * attr_timeout as before: it is asked for by name, not trusted with the listing. */
-Test(meta_cache, an_entry_from_elsewhere_is_not_kept_with_the_listing, .init = NULL)
+Test(meta_cache, an_entry_from_elsewhere_is_not_kept_with_the_listing)
 {
+    teardown(); /* the suite's core: one with a short timeout instead */
     start(0.05);
     cr_assert_eq(size_of("/d/a"), 10); /* lists d */
     cr_assert_eq(mem_store_set(mem, "d/late", "0123", 4, NULL), 0);
@@ -196,8 +200,9 @@ Test(meta_cache, an_entry_from_elsewhere_is_not_kept_with_the_listing, .init = N
  * .metadata from a busy store): its close keeps the listing again, so the
  * lookups of the files the load opens next ask nothing (design.md, "Request
  * budget"). Before, the expired listing was fetched again, every page. */
-Test(meta_cache, closing_a_checkpoint_file_keeps_the_listing, .init = NULL)
+Test(meta_cache, closing_a_checkpoint_file_keeps_the_listing)
 {
+    teardown(); /* the suite's core: one with an index instead */
     char dir[] = "/tmp/ckptfs-test-meta-XXXXXX";
     cr_assert_not_null(mkdtemp(dir));
     mem = mem_store_new();
