@@ -123,6 +123,15 @@ static void meta_purge_locked(struct core *core, int everything)
     meta_remove_if_locked(core, purged, &p);
 }
 
+/* path's entry in the metadata cache, expired or not, or NULL (meta lock held). */
+static struct meta_entry *meta_entry_locked(struct core *core, const char *path)
+{
+    struct meta_entry *e = core->meta[meta_bucket(path)];
+    while (e && strcmp(e->path, path) != 0)
+        e = e->next;
+    return e;
+}
+
 /* core_meta_put, for an entry a listing made at mono time listed reported. */
 static void meta_put_listed(struct core *core, const char *path, int err,
                             const struct store_stat *st, double listed)
@@ -180,13 +189,11 @@ static enum meta_state meta_get(struct core *core, const char *path, struct meta
 {
     enum meta_state state = META_ABSENT;
     pthread_mutex_lock(&core->meta_lock);
-    for (struct meta_entry *m = core->meta[meta_bucket(path)]; m; m = m->next) {
-        if (strcmp(m->path, path) == 0) {
-            memcpy(e, m, sizeof *e);
-            e->next = NULL;
-            state = m->expires > mono_seconds() ? META_FRESH : META_EXPIRED;
-            break;
-        }
+    const struct meta_entry *m = meta_entry_locked(core, path);
+    if (m) {
+        memcpy(e, m, sizeof *e);
+        e->next = NULL;
+        state = m->expires > mono_seconds() ? META_FRESH : META_EXPIRED;
     }
     pthread_mutex_unlock(&core->meta_lock);
     return state;
@@ -197,18 +204,12 @@ static enum meta_state meta_get(struct core *core, const char *path, struct meta
 static enum meta_state meta_find(struct core *core, const char *path, int *err,
                                  struct store_stat *st)
 {
-    enum meta_state state = META_ABSENT;
-    pthread_mutex_lock(&core->meta_lock);
-    for (struct meta_entry *e = core->meta[meta_bucket(path)]; e; e = e->next) {
-        if (strcmp(e->path, path) == 0) {
-            *err = e->err;
-            state = e->expires > mono_seconds() ? META_FRESH : META_EXPIRED;
-            if (state == META_FRESH && st)
-                *st = e->st;
-            break;
-        }
-    }
-    pthread_mutex_unlock(&core->meta_lock);
+    struct meta_entry e;
+    enum meta_state state = meta_get(core, path, &e);
+    if (state != META_ABSENT)
+        *err = e.err;
+    if (state == META_FRESH && st)
+        *st = e.st;
     return state;
 }
 
@@ -345,12 +346,9 @@ static int64_t known_dir_time(struct core *core, const char *spath)
 static void meta_set_dir_time(struct core *core, const char *spath, int64_t t)
 {
     pthread_mutex_lock(&core->meta_lock);
-    for (struct meta_entry *e = core->meta[meta_bucket(spath)]; e; e = e->next)
-        if (strcmp(e->path, spath) == 0) {
-            if (e->err == 0 && e->st.is_dir && !e->st.mtime_ns)
-                e->st.mtime_ns = t;
-            break;
-        }
+    struct meta_entry *e = meta_entry_locked(core, spath);
+    if (e && e->err == 0 && e->st.is_dir && !e->st.mtime_ns)
+        e->st.mtime_ns = t;
     pthread_mutex_unlock(&core->meta_lock);
 }
 
@@ -478,13 +476,9 @@ static void mark_listed(struct core *core, const char *dir, int err, double stam
 /* A positive entry of path lasts at least until expires (meta lock held). */
 static void meta_extend_locked(struct core *core, const char *path, double expires)
 {
-    for (struct meta_entry *e = core->meta[meta_bucket(path)]; e; e = e->next) {
-        if (strcmp(e->path, path) == 0) {
-            if (e->err == 0 && e->expires < expires)
-                e->expires = expires;
-            return;
-        }
-    }
+    struct meta_entry *e = meta_entry_locked(core, path);
+    if (e && e->err == 0 && e->expires < expires)
+        e->expires = expires;
 }
 
 /* This mount just published a file into dir: the end of writing there.
@@ -768,12 +762,9 @@ void core_keep_listing(struct core *core, const char *dir)
     char m[4100];
     marker_of(dir, m, sizeof m);
     pthread_mutex_lock(&core->meta_lock);
-    for (struct meta_entry *e = core->meta[meta_bucket(m)]; e; e = e->next)
-        if (strcmp(e->path, m) == 0) {
-            if (e->err == 0 && e->kept_until < until)
-                e->kept_until = until;
-            break;
-        }
+    struct meta_entry *mark = meta_entry_locked(core, m);
+    if (mark && mark->err == 0 && mark->kept_until < until)
+        mark->kept_until = until;
     m[strlen(m) - 1] = '\0';
     for (;;) { /* "a/b", "a", "" (the root) */
         meta_extend_locked(core, m, until);

@@ -322,42 +322,38 @@ static int empty_dir_result(struct s3_store *s, const char *path)
     return rc == 0 ? -ENOTDIR : rc == -ENOENT ? -ENOENT : rc;
 }
 
-static int s3_list(struct store *base, const char *dir, store_list_fn fn, void *arg)
+/* list() of dir, from the first name after `after` if not NULL (ListObjectsV2's
+ * start-after); a listing from the start tells an empty directory from none. */
+static int list_from(struct s3_store *s, const char *dir, const char *after, store_list_fn fn,
+                     void *arg)
 {
-    struct s3_store *s = (struct s3_store *)base;
     char *prefix = s3_store_dir_prefix(s, dir);
-    if (!prefix)
-        return -ENOMEM;
-    struct list_ctx c = {.fn = fn, .arg = arg, .prefix = prefix, .plen = strlen(prefix)};
-    int rc = for_each_page(s, prefix, NULL, 1, emit_list_page, &c);
-    if (rc == 0 && !c.seen_any && *dir)
-        rc = empty_dir_result(s, dir);
-    for (size_t i = 0; i < c.nfiles; i++)
-        free(c.files[i]);
-    free(c.files);
-    free(prefix);
-    return rc;
-}
-
-/* list() from the first name after `after`: ListObjectsV2's start-after. */
-static int s3_list_after(struct store *base, const char *dir, const char *after, store_list_fn fn,
-                         void *arg)
-{
-    struct s3_store *s = (struct s3_store *)base;
-    char *prefix = s3_store_dir_prefix(s, dir);
-    char *start = prefix ? str_printf("%s%s", prefix, after) : NULL;
-    if (!start) {
+    char *start = prefix && after ? str_printf("%s%s", prefix, after) : NULL;
+    if (!prefix || (after && !start)) {
         free(prefix);
         return -ENOMEM;
     }
     struct list_ctx c = {.fn = fn, .arg = arg, .prefix = prefix, .plen = strlen(prefix)};
     int rc = for_each_page(s, prefix, start, 1, emit_list_page, &c);
+    if (rc == 0 && !c.seen_any && *dir && !after)
+        rc = empty_dir_result(s, dir);
     for (size_t i = 0; i < c.nfiles; i++)
         free(c.files[i]);
     free(c.files);
     free(start);
     free(prefix);
     return rc;
+}
+
+static int s3_list(struct store *base, const char *dir, store_list_fn fn, void *arg)
+{
+    return list_from((struct s3_store *)base, dir, NULL, fn, arg);
+}
+
+static int s3_list_after(struct store *base, const char *dir, const char *after, store_list_fn fn,
+                         void *arg)
+{
+    return list_from((struct s3_store *)base, dir, after, fn, arg);
 }
 
 struct below_ctx {
