@@ -778,6 +778,26 @@ uint64_t cache_prefetch(struct cache *c, struct cache_obj *o, uint64_t off, uint
     return cache_prefetch_split(c, o, off, len, c->cfg.request_size);
 }
 
+/* A full run may stretch by up to 1/STRETCH_DIV of a request to take the
+ * rest of the range: an item a little over the request size (a torch item is
+ * its tensor's bytes plus a zip header and directory) is one GET, not a full
+ * one and a tail of a block or two. */
+#define STRETCH_DIV 8
+
+/* How many blocks from idx to last (all claimable, at most max) to add to
+ * the run before idx: all of them or none (lock held). */
+static uint32_t stretch_to_end_locked(struct cache *c, struct cache_obj *o, uint64_t idx,
+                                      uint64_t last, uint32_t max)
+{
+    assert(cache_lock_held(c));
+    if (idx > last || last - idx + 1 > max)
+        return 0;
+    for (uint64_t i = idx; i <= last; i++)
+        if (!block_claimable_locked(c, o, i))
+            return 0;
+    return (uint32_t)(last - idx + 1);
+}
+
 uint64_t cache_prefetch_split(struct cache *c, struct cache_obj *o, uint64_t off, uint64_t len,
                               uint32_t request)
 {
@@ -802,6 +822,7 @@ uint64_t cache_prefetch_split(struct cache *c, struct cache_obj *o, uint64_t off
         uint32_t n = 0;
         while (n < max_run && idx + n <= last && block_claimable_locked(c, o, idx + n))
             n++;
+        n += stretch_to_end_locked(c, o, idx + n, last, n == max_run ? max_run / STRETCH_DIV : 0);
         uint64_t bytes = 0;
         for (uint32_t i = 0; i < n; i++)
             bytes += block_len(c, o, idx + i);
@@ -943,8 +964,8 @@ int cache_create(struct store *store, struct workq *wq, const struct cache_confi
     uint64_t spare = cfg->capacity / 8 < (128u << 20) ? cfg->capacity / 8 : (128u << 20);
     if (spare < cfg->request_size)
         spare = cfg->request_size;
-    int rc =
-        bufpool_create(unit, (unsigned)((cfg->request_size + unit - 1) / unit), spare, &c->pool);
+    size_t largest = cfg->request_size + cfg->request_size / STRETCH_DIV; /* a stretched run */
+    int rc = bufpool_create(unit, (unsigned)((largest + unit - 1) / unit), spare, &c->pool);
     if (rc < 0) {
         free(c->blocks);
         free(c->objs);

@@ -31,7 +31,7 @@ struct cache_obj;
 struct cache_config {
     uint64_t capacity;     /* bytes held at most: block data, and the fetch buffers it keeps */
     uint32_t block_size;   /* bytes per block (power of two), e.g. 1 MiB */
-    uint32_t request_size; /* largest single background GET, a multiple of block_size */
+    uint32_t request_size; /* background GET size, a multiple of block_size (+1/8 to end a range) */
 };
 
 /* A fetch that timed out (-ETIMEDOUT) is remembered this long: reads and
@@ -112,8 +112,9 @@ void cache_release_behind(struct cache *c, struct cache_obj *o, uint64_t from, u
 uint64_t cache_prefetch(struct cache *c, struct cache_obj *o, uint64_t off, uint64_t len);
 
 /* cache_prefetch() in requests of at most request bytes (rounded to blocks,
- * at most request_size): a range that one reader waits for is fetched by
- * several GETs in parallel. */
+ * at most request_size; the last request of the range may be up to 1/8
+ * longer rather than leave a short tail GET): a range that one reader waits
+ * for is fetched by several GETs in parallel. */
 uint64_t cache_prefetch_split(struct cache *c, struct cache_obj *o, uint64_t off, uint64_t len,
                               uint32_t request);
 

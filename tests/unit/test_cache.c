@@ -34,7 +34,14 @@ static void note_read_len(void *arg, const struct mem_call *c)
         atomic_store(&max_len_seen, (int)c->len);
 }
 
+static void setup_with_request(uint64_t capacity, uint32_t request);
+
 static void setup_with(uint64_t capacity)
+{
+    setup_with_request(capacity, 256 * KiB);
+}
+
+static void setup_with_request(uint64_t capacity, uint32_t request)
 {
     store = mem_store_new();
     unsigned char *data = malloc(OBJ_SIZE);
@@ -47,7 +54,7 @@ static void setup_with(uint64_t capacity)
     mem_store_set_hook(store, note_read_len, NULL);
     cr_assert_eq(workq_create(4, &wq), 0);
     struct cache_config cfg = {
-        .capacity = capacity, .block_size = 64 * KiB, .request_size = 256 * KiB};
+        .capacity = capacity, .block_size = 64 * KiB, .request_size = request};
     cr_assert_eq(cache_create(mem_store_base(store), wq, &cfg, &cache), 0);
     obj = cache_obj_get(cache, "obj", etag, OBJ_SIZE, NULL);
     cr_assert_not_null(obj);
@@ -472,6 +479,32 @@ Test(cache, prefetch_split_uses_smaller_requests, .init = setup, .fini = teardow
                  OBJ_SIZE - 4 * 64 * KiB);
     wait_prefetch_idle();
     cr_assert_eq(atomic_load(&max_len_seen), 256 * KiB);
+}
+
+Test(cache, a_range_an_eighth_over_the_request_is_one_get)
+{
+    /* 8-block requests: a 9-block range (an item a little over the request
+     * size) is one GET of 9 blocks, not 8 and a tail of 1. */
+    setup_with_request(4096 * KiB, 8 * 64 * KiB);
+    cr_assert_eq(cache_prefetch(cache, obj, 0, 9 * 64 * KiB), 9 * 64 * KiB);
+    wait_prefetch_idle();
+    cr_assert_eq(requests(), 1, "9 blocks: %llu GETs", (unsigned long long)requests());
+    cr_assert_eq(atomic_load(&max_len_seen), 9 * 64 * KiB);
+    check_range(0, 9 * 64 * KiB);
+    teardown();
+}
+
+Test(cache, a_longer_tail_is_a_get_of_its_own)
+{
+    setup_with_request(4096 * KiB, 8 * 64 * KiB);
+    cr_assert_eq(cache_prefetch(cache, obj, 0, 10 * 64 * KiB), 10 * 64 * KiB);
+    for (int i = 0; i < 2000 && (requests() < 2 || workq_pending(wq)); i++)
+        usleep(1000);
+    usleep(20000);
+    cr_assert_eq(requests(), 2, "10 blocks: %llu GETs", (unsigned long long)requests());
+    cr_assert_eq(atomic_load(&max_len_seen), 8 * 64 * KiB);
+    check_range(0, 10 * 64 * KiB);
+    teardown();
 }
 
 static atomic_int gate_open, worker_free;
