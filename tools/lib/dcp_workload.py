@@ -7,9 +7,9 @@ Tensors are ShardedTensors (torch 1.13's default planner saves plain tensors fro
 rank 0 only), row-sharded across ranks; every value is a deterministic function of
 its fqn, so a load is verified element by element.
 
-  dcp_workload.py save DIR --world 4 --mb 256 [--layers 8] [--per-rank]
+  dcp_workload.py save DIR --world 4 --mb 256 [--layers 8] [--per-rank] [--mixed [--size-order]]
   dcp_workload.py load DIR --world 4 --mb 256 [--layers 8] [--only PREFIX[,PREFIX...]]
-      [--optim] [--replicated] [--shuffle SEED]   (--world may differ from the save's: a resharded load)
+      [--optim] [--replicated] [--mixed] [--shuffle SEED]   (--world may differ from the save's: a resharded load)
   dcp_workload.py save DIR --world 4 --rank-dirs DIR0,DIR1,DIR2,DIR3   (one path per rank:
       e.g. the same checkpoint directory through two mounts, as two nodes would)
 
@@ -55,18 +55,30 @@ def _install_py311_shim():
 _install_py311_shim()
 
 
-def layout(mb, layers, optim=False, replicated=False):
-    """(fqn, rows, cols) of each tensor: `layers` blocks of 4 float32 matrices; with optim,
-    then an optimizer state of the same shape per matrix (`optim.<fqn>.exp_avg`), after
-    the whole model as in a {"model": ..., "optim": ...} state dict; with replicated, first
-    a plain (not sharded) tensor of the same shape, `replicated.embed.weight`: torch 1.13
-    saves it in rank 0's file only, and every rank reads it from there."""
+# --mixed: a transformer layer's shapes, as twelfths of the layer (qkv 3, out 1, up and
+# down 4 each) plus a norm weight of a few rows: items of four sizes, the smallest tiny.
+MIXED_PARTS = (("attn.qkv", 3), ("attn.out", 1), ("mlp.up", 4), ("mlp.down", 4))
+
+
+def layout(mb, layers, optim=False, replicated=False, mixed=False):
+    """(fqn, rows, cols) of each tensor: `layers` blocks of 4 float32 matrices of one size
+    (with mixed: of the sizes MIXED_PARTS gives, and a small `norm.weight` per layer);
+    with optim, then an optimizer state of the same shape per matrix
+    (`optim.<fqn>.exp_avg`), after the whole model as in a {"model": ..., "optim": ...}
+    state dict; with replicated, first a plain (not sharded) tensor of the same shape,
+    `replicated.embed.weight`: torch 1.13 saves it in rank 0's file only, and every rank
+    reads it from there."""
     total = mb * 1_000_000
     per_tensor = max(total // (layers * 4), 4096)
     cols = 1024
     rows = max(per_tensor // (cols * 4), 8)
     names = [("replicated.embed.weight", rows, cols)] if replicated else []
     for i in range(layers):
+        if mixed:
+            unit = max(rows * 4 // 12 // 8 * 8, 8)  # rows per twelfth, a multiple of 8
+            names.append((f"layers.{i}.norm.weight", 8, cols))
+            names += [(f"layers.{i}.{part}.weight", unit * k, cols) for part, k in MIXED_PARTS]
+            continue
         for part in ("attn.qkv", "attn.out", "mlp.up", "mlp.down"):
             names.append((f"layers.{i}.{part}.weight", rows, cols))
     if optim:
@@ -116,12 +128,14 @@ def worker(rank, world, port, args, results):
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=world, timeout=datetime.timedelta(seconds=600))
     try:
-        names = layout(args.mb, args.layers, args.optim, args.replicated)
+        names = layout(args.mb, args.layers, args.optim, args.replicated, args.mixed)
         if args.only:
             names = [n for n in names if n[0].startswith(tuple(args.only.split(",")))]
         if args.shuffle is not None:
             import random
             random.Random(args.shuffle).shuffle(names)
+        if args.size_order and args.op == "save":  # the file's layout by size, the load's not
+            names.sort(key=lambda n: (n[1] * n[2], n[0]))
         path = args.rank_dirs[rank] if args.rank_dirs else args.dir
         if args.op == "save":
             sd = state_dict(torch, world, names, zero=False)
@@ -180,6 +194,10 @@ def main():
                     help="add a plain tensor that every rank loads from rank 0's file")
     ap.add_argument("--shuffle", type=int, default=None, metavar="SEED",
                     help="load the keys in a shuffled order (a different state dict order)")
+    ap.add_argument("--mixed", action="store_true",
+                    help="tensors of a transformer layer's sizes (MIXED_PARTS) and a small norm")
+    ap.add_argument("--size-order", action="store_true",
+                    help="save the tensors smallest first (a layout that is not the load order)")
     ap.add_argument("--per-rank", action="store_true",
                     help="save one file per rank (single_file_per_rank=True) instead of one per item")
     ap.add_argument("--rank-dirs", default="",
