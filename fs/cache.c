@@ -460,14 +460,16 @@ static int make_room_locked(struct cache *c, uint64_t need, int background)
 {
     assert(cache_lock_held(c));
     struct cblock *b = c->lru.lru_prev;
-    int64_t now_ms = background ? (int64_t)(mono_seconds() * 1000) : 0;
+    int64_t now_ms = (int64_t)(mono_seconds() * 1000);
     while (held_locked(c) + need > c->cfg.capacity && b != &c->lru) {
         struct cblock *prev = b->lru_prev;
-        if (b->pins == 0 && !(background && prefetch_awaits_reader(b, now_ms))) {
+        int awaited = prefetch_awaits_reader(b, now_ms);
+        if (b->pins == 0 && !(background && awaited)) {
             lru_unlink(b);
             block_unhash(c, b);
             c->st.bytes_cached -= b->len;
             c->st.evictions++;
+            c->st.evicted_unread += (uint64_t)awaited;
             block_free_locked(c, b);
         }
         b = prev;

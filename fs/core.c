@@ -1280,7 +1280,8 @@ int core_stats_json(struct core *core, char *buf, size_t len)
         "\"cache\": {\"hits\": %llu, \"misses\": %llu, \"shared\": %llu, \"taken_over\": %llu, "
         "\"prefetched\": %llu, "
         "\"prefetch_skipped\": %llu, \"prefetched_bytes\": %llu, \"prefetch_unused_bytes\": %llu, "
-        "\"prefetch_unread_bytes\": %llu, \"evictions\": %llu, \"released\": %llu, "
+        "\"prefetch_unread_bytes\": %llu, \"evictions\": %llu, \"evicted_unread\": %llu, "
+        "\"released\": %llu, "
         "\"fetch_errors\": %llu, \"failed_fast\": %llu, "
         "\"bytes_cached\": %llu, \"buffer_bytes\": %llu, \"capacity\": %llu, \"block_size\": %u, "
         "\"buffers_mapped\": "
@@ -1301,10 +1302,10 @@ int core_stats_json(struct core *core, char *buf, size_t len)
         (unsigned long long)cs.taken_over, (unsigned long long)cs.prefetched,
         (unsigned long long)cs.prefetch_skipped, (unsigned long long)cs.prefetched_bytes,
         (unsigned long long)cs.prefetch_unused_bytes, (unsigned long long)cs.prefetch_unread_bytes,
-        (unsigned long long)cs.evictions, (unsigned long long)cs.released,
-        (unsigned long long)cs.fetch_errors, (unsigned long long)cs.failed_fast,
-        (unsigned long long)cs.bytes_cached, (unsigned long long)cs.buffer_bytes,
-        (unsigned long long)cs.capacity, core->cfg.block_size,
+        (unsigned long long)cs.evictions, (unsigned long long)cs.evicted_unread,
+        (unsigned long long)cs.released, (unsigned long long)cs.fetch_errors,
+        (unsigned long long)cs.failed_fast, (unsigned long long)cs.bytes_cached,
+        (unsigned long long)cs.buffer_bytes, (unsigned long long)cs.capacity, core->cfg.block_size,
         (unsigned long long)cs.buffers_mapped, (unsigned long long)cs.buffers_reused,
         core->index ? "true" : "false", (unsigned long long)is.ready, (unsigned long long)is.built,
         (unsigned long long)is.reused, (unsigned long long)is.failed,
