@@ -53,7 +53,8 @@ struct recent_timeout {
 enum block_state { BLOCK_FETCHING, BLOCK_READY, BLOCK_FAILED };
 
 struct cbuf {
-    unsigned refs; /* blocks still pointing into data; protected by cache->lock */
+    unsigned refs;  /* blocks still pointing into data; protected by cache->lock */
+    unsigned spare; /* make_room_locked's count of its evictable blocks; 0 outside it */
     size_t len;
     char *data;        /* from cache->pool */
     struct cbuf *next; /* on cache->dead, once refs is 0 */
@@ -352,6 +353,7 @@ static struct cbuf *cbuf_new(struct cache *c, size_t len)
     if (!buf)
         return NULL;
     buf->refs = 1; /* the fetch's; blocks add theirs as they are published */
+    buf->spare = 0;
     buf->len = len;
     buf->data = bufpool_get(c->pool, len);
     if (!buf->data) {
@@ -451,28 +453,84 @@ static uint64_t held_locked(struct cache *c)
     return bufs > c->st.bytes_cached ? bufs : c->st.bytes_cached;
 }
 
-/* Evict least recently used unpinned READY blocks until need more bytes
- * fit. A background fetch (background) does not evict prefetched blocks
- * that still await their reader: under pressure, prefetching more would
- * only throw away what was prefetched before it is used. Returns 1 if they
- * fit. */
+/* Whether make_room_locked may evict b (lock held): READY, unpinned, and
+ * not a prefetched block still awaiting its reader. */
+static int evictable_locked(const struct cblock *b, int64_t now_ms)
+{
+    return b->pins == 0 && !prefetch_awaits_reader(b, now_ms);
+}
+
+static void evict_locked(struct cache *c, struct cblock *b, int64_t now_ms)
+{
+    assert(cache_lock_held(c) && b->state == BLOCK_READY && b->pins == 0);
+    lru_unlink(b);
+    block_unhash(c, b);
+    c->st.bytes_cached -= b->len;
+    c->st.evictions++;
+    c->st.evicted_unread += (uint64_t)prefetch_awaits_reader(b, now_ms);
+    block_free_locked(c, b);
+}
+
+/* Make need more bytes fit within the capacity by evicting least recently
+ * used blocks (lock held). Never evicted: pinned blocks, and prefetched
+ * blocks still awaiting their reader. Under pressure, those are the next
+ * bytes some stream reads: evicting them (for a prefetch, or for a reader
+ * whose own prefetch was skipped) costs their reader a second fetch, and its
+ * demand read then evicts the next stream's blocks in turn; a demand read
+ * goes over the capacity instead, by at most its own blocks, which are
+ * evictable once read. Memory is counted as held_locked() does: a block's
+ * eviction frees its fetch buffer only with the buffer's last block, so the
+ * LRU order is first walked without evicting, to find how far eviction must
+ * go. If need cannot fit, nothing would be gained by evicting blocks whose
+ * buffer stays: a background fetch (background), which is then skipped,
+ * evicts nothing, and a demand read evicts only the blocks whose whole
+ * buffer goes. Returns 1 if need fits. */
 static int make_room_locked(struct cache *c, uint64_t need, int background)
 {
     assert(cache_lock_held(c));
-    struct cblock *b = c->lru.lru_prev;
-    int64_t now_ms = background ? (int64_t)(mono_seconds() * 1000) : 0;
-    while (held_locked(c) + need > c->cfg.capacity && b != &c->lru) {
+    const uint64_t cap = c->cfg.capacity;
+    if (held_locked(c) + need <= cap)
+        return 1;
+    int64_t now_ms = (int64_t)(mono_seconds() * 1000);
+    uint64_t bytes = c->st.bytes_cached, bufs = atomic_load(&c->buffer_bytes);
+    struct cblock *stop = NULL, *b;
+    for (b = c->lru.lru_prev; b != &c->lru && !stop; b = b->lru_prev) {
+        if (!evictable_locked(b, now_ms))
+            continue;
+        assert(b->buf && b->buf->spare < b->buf->refs);
+        bytes -= b->len;
+        if (++b->buf->spare == b->buf->refs)
+            bufs -= b->buf->len; /* its last block: the buffer would go */
+        if ((bufs > bytes ? bufs : bytes) + need <= cap)
+            stop = b;
+    }
+    if (!stop && background) {
+        for (b = c->lru.lru_prev; b != &c->lru; b = b->lru_prev)
+            if (evictable_locked(b, now_ms))
+                b->buf->spare = 0;
+        return 0;
+    }
+    /* Up to stop, every block counted goes (each takes its count back); with
+     * no stop, the blocks of buffers that go whole, and the other buffers'
+     * counts are cleared. */
+    for (b = c->lru.lru_prev; b != &c->lru;) {
         struct cblock *prev = b->lru_prev;
-        if (b->pins == 0 && !(background && prefetch_awaits_reader(b, now_ms))) {
-            lru_unlink(b);
-            block_unhash(c, b);
-            c->st.bytes_cached -= b->len;
-            c->st.evictions++;
-            block_free_locked(c, b);
+        if (evictable_locked(b, now_ms)) {
+            struct cbuf *buf = b->buf;
+            if (stop || buf->spare == buf->refs) {
+                assert(buf->spare > 0);
+                buf->spare--;
+                evict_locked(c, b, now_ms);
+            } else {
+                buf->spare = 0;
+            }
         }
+        if (b == stop)
+            break;
         b = prev;
     }
-    return held_locked(c) + need <= c->cfg.capacity;
+    assert(!stop || held_locked(c) + need <= cap);
+    return held_locked(c) + need <= cap;
 }
 
 /* Insert a FETCHING block for (o, idx). Takes an object reference. */

@@ -52,6 +52,7 @@ struct cache_stats {
     uint64_t prefetch_unused_bytes; /* of those, dropped before any reader touched them */
     uint64_t prefetch_unread_bytes; /* of those, held now and not read yet */
     uint64_t evictions;             /* blocks dropped to stay within capacity */
+    uint64_t evicted_unread;        /* of those, prefetched blocks still awaiting their reader */
     uint64_t released;              /* blocks dropped behind a sequential reader */
     uint64_t fetch_errors;          /* fetches that failed */
     uint64_t failed_fast;           /* reads failed at once by a recent timeout */

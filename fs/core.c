@@ -1129,6 +1129,31 @@ static ssize_t read_staged(struct core *core, struct core_file *f, void *buf, si
     return (ssize_t)len;
 }
 
+/* f's readahead window is open or not (f->ra_lock held): count it in the
+ * streams that share the cache. */
+static void stream_note(struct core *core, struct core_file *f)
+{
+    int now = f->ra.window > 0;
+    if (now == f->streaming)
+        return;
+    f->streaming = now;
+    if (now)
+        atomic_fetch_add(&core->streams, 1);
+    else
+        atomic_fetch_sub(&core->streams, 1);
+}
+
+/* The largest readahead window of one of n sequential streams: together
+ * they may hold at most half the cache ahead of their readers, so that
+ * under pressure their prefetched blocks leave room for demand reads and
+ * for what was just read (the kernel re-reads some of it); never more than
+ * --readahead. */
+static uint64_t stream_share(const struct core *core, unsigned n)
+{
+    uint64_t share = core->cfg.cache_size / 2 / (n ? n : 1);
+    return share < core->cfg.readahead_max ? share : core->cfg.readahead_max;
+}
+
 ssize_t core_read(struct core *core, struct core_file *f, void *buf, size_t len, uint64_t off)
 {
     if (f->wf)
@@ -1142,6 +1167,8 @@ ssize_t core_read(struct core *core, struct core_file *f, void *buf, size_t len,
     pthread_mutex_lock(&f->ra_lock);
     if (!prefetch_items(core, f, off, len, &entered)) {
         uint64_t ahead_off, ahead_len;
+        unsigned streams = atomic_load(&core->streams) + (f->streaming ? 0 : 1);
+        readahead_set_max(&f->ra, stream_share(core, streams));
         readahead_advise(&f->ra, off, len, size, &ahead_off, &ahead_len);
         if (ahead_len)
             cache_prefetch(core->cache, f->obj, ahead_off, ahead_len);
@@ -1150,6 +1177,7 @@ ssize_t core_read(struct core *core, struct core_file *f, void *buf, size_t len,
          * must not make release_behind drop this item's fetched blocks */
         f->ra.window = 0;
     }
+    stream_note(core, f);
     pthread_mutex_unlock(&f->ra_lock);
     if (entered != UINT64_MAX)
         prefetch_siblings(core, f, entered);
@@ -1223,6 +1251,10 @@ static void release(struct core *core, struct core_file *f, int abandoned)
     }
     if (f->obj)
         cache_obj_put(core->cache, f->obj);
+    if (f->streaming) {
+        assert(atomic_load(&core->streams) > 0);
+        atomic_fetch_sub(&core->streams, 1);
+    }
     pthread_mutex_destroy(&f->ra_lock);
     free(f);
 }
@@ -1280,7 +1312,8 @@ int core_stats_json(struct core *core, char *buf, size_t len)
         "\"cache\": {\"hits\": %llu, \"misses\": %llu, \"shared\": %llu, \"taken_over\": %llu, "
         "\"prefetched\": %llu, "
         "\"prefetch_skipped\": %llu, \"prefetched_bytes\": %llu, \"prefetch_unused_bytes\": %llu, "
-        "\"prefetch_unread_bytes\": %llu, \"evictions\": %llu, \"released\": %llu, "
+        "\"prefetch_unread_bytes\": %llu, \"evictions\": %llu, \"evicted_unread\": %llu, "
+        "\"released\": %llu, "
         "\"fetch_errors\": %llu, \"failed_fast\": %llu, "
         "\"bytes_cached\": %llu, \"buffer_bytes\": %llu, \"capacity\": %llu, \"block_size\": %u, "
         "\"buffers_mapped\": "
@@ -1301,10 +1334,10 @@ int core_stats_json(struct core *core, char *buf, size_t len)
         (unsigned long long)cs.taken_over, (unsigned long long)cs.prefetched,
         (unsigned long long)cs.prefetch_skipped, (unsigned long long)cs.prefetched_bytes,
         (unsigned long long)cs.prefetch_unused_bytes, (unsigned long long)cs.prefetch_unread_bytes,
-        (unsigned long long)cs.evictions, (unsigned long long)cs.released,
-        (unsigned long long)cs.fetch_errors, (unsigned long long)cs.failed_fast,
-        (unsigned long long)cs.bytes_cached, (unsigned long long)cs.buffer_bytes,
-        (unsigned long long)cs.capacity, core->cfg.block_size,
+        (unsigned long long)cs.evictions, (unsigned long long)cs.evicted_unread,
+        (unsigned long long)cs.released, (unsigned long long)cs.fetch_errors,
+        (unsigned long long)cs.failed_fast, (unsigned long long)cs.bytes_cached,
+        (unsigned long long)cs.buffer_bytes, (unsigned long long)cs.capacity, core->cfg.block_size,
         (unsigned long long)cs.buffers_mapped, (unsigned long long)cs.buffers_reused,
         core->index ? "true" : "false", (unsigned long long)is.ready, (unsigned long long)is.built,
         (unsigned long long)is.reused, (unsigned long long)is.failed,

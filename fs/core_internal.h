@@ -68,6 +68,7 @@ struct core {
     atomic_uint_fast64_t item_prefetches;    /* items prefetched whole, guided by the index */
     atomic_uint_fast64_t sibling_prefetches; /* other ranks' chunks of an entered tensor */
     atomic_uint_fast64_t opens;
+    atomic_uint streams; /* open files whose sequential readahead window is open */
 
     /* Every open handle, so that an unmount can release the ones whose
      * RELEASE the kernel had not sent yet (a signal can end the loop between
@@ -88,6 +89,7 @@ struct core_file {
     struct stat fd_st; /* fd's attributes at open: changed since, the version is gone */
     pthread_mutex_t ra_lock;
     struct readahead ra;  /* protected by ra_lock */
+    int streaming;        /* counted in core->streams (ra.window > 0), protected by ra_lock */
     struct prefetch pf;   /* index-guided item prefetch (prefetch.h), protected by ra_lock */
     uint64_t released_to; /* blocks before this were released behind the reader */
     int superseded;       /* this mount published a newer version of its path (files_lock) */

@@ -15,6 +15,13 @@ void readahead_init(struct readahead *ra, uint64_t min_window, uint64_t max_wind
     ra->max_window = max_window < min_window ? min_window : max_window;
 }
 
+void readahead_set_max(struct readahead *ra, uint64_t max_window)
+{
+    ra->max_window = max_window < ra->min_window ? ra->min_window : max_window;
+    if (ra->window > ra->max_window)
+        ra->window = ra->max_window;
+}
+
 static int is_sequential(const struct readahead *ra, uint64_t off)
 {
     uint64_t lo = ra->next > READAHEAD_TOLERANCE ? ra->next - READAHEAD_TOLERANCE : 0;

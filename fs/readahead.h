@@ -27,6 +27,10 @@ struct readahead {
 
 void readahead_init(struct readahead *ra, uint64_t min_window, uint64_t max_window);
 
+/* Make max_window (at least min_window) the largest window from now on;
+ * a larger current window shrinks to it. */
+void readahead_set_max(struct readahead *ra, uint64_t max_window);
+
 /* Account for a read of [off, off+len) of a file of file_size bytes and set
  * [*start, *start + *len) to the range to fetch ahead (*len = 0: none). */
 void readahead_advise(struct readahead *ra, uint64_t off, uint64_t len, uint64_t file_size,

@@ -234,8 +234,15 @@ Test(cache, prefetched_bytes_never_read_are_counted_when_dropped)
     cr_assert_eq(st.prefetched_bytes, 4 * 64 * KiB);
     cr_assert_eq(st.prefetch_unread_bytes, 3 * 64 * KiB);
     cr_assert_eq(st.prefetch_unused_bytes, 0);
-    /* Reading elsewhere evicts all four: three of them were never read. */
-    check_range(6 * 64 * KiB, 4 * 64 * KiB);
+    /* Its reader closes it, and reading another object evicts all four:
+     * three of them were never read. */
+    cache_obj_put(cache, obj);
+    unsigned char other[4 * 64 * KiB];
+    memset(other, 1, sizeof other);
+    char other_etag[STORE_ETAG_MAX];
+    cr_assert_eq(mem_store_set(store, "other", other, sizeof other, other_etag), 0);
+    obj = cache_obj_get(cache, "other", other_etag, sizeof other, NULL);
+    cr_assert_eq(cache_read(cache, obj, 0, sizeof other, other), (ssize_t)sizeof other);
     cache_get_stats(cache, &st);
     cr_assert_eq(st.prefetch_unused_bytes, 3 * 64 * KiB, "unused %llu",
                  (unsigned long long)st.prefetch_unused_bytes);
@@ -390,6 +397,62 @@ Test(cache, prefetch_does_not_evict_unread_prefetched_blocks)
     cr_assert_eq(cache_prefetch(cache, obj, 4 * 64 * KiB, 4 * 64 * KiB), 4 * 64 * KiB);
     wait_prefetch_idle();
     check_range(4 * 64 * KiB, 4 * 64 * KiB);
+    teardown();
+}
+
+Test(cache, a_demand_read_does_not_evict_prefetched_blocks_awaiting_their_reader)
+{
+    /* Two streams under pressure: the first's prefetched blocks fill the
+     * cache, the second reads on demand (its own prefetch was skipped). */
+    setup_with(4 * 64 * KiB);
+    cr_assert_eq(cache_prefetch(cache, obj, 0, 4 * 64 * KiB), 4 * 64 * KiB);
+    wait_prefetch_idle();
+    unsigned char data[4 * 64 * KiB];
+    memset(data, 2, sizeof data);
+    char e[STORE_ETAG_MAX];
+    cr_assert_eq(mem_store_set(store, "second", data, sizeof data, e), 0);
+    struct cache_obj *second = cache_obj_get(cache, "second", e, sizeof data, NULL);
+    for (uint64_t off = 0; off < sizeof data; off += 64 * KiB)
+        cr_assert_eq(cache_read(cache, second, off, 64 * KiB, data), 64 * KiB);
+    /* The first stream still finds every block it was promised. */
+    uint64_t before = requests();
+    check_range(0, 4 * 64 * KiB);
+    cr_assert_eq(requests(), before, "a demand read evicted blocks another stream was to read");
+    struct cache_stats st;
+    cache_get_stats(cache, &st);
+    cr_assert_eq(st.evicted_unread, 0);
+    cr_assert_eq(st.prefetch_unused_bytes, 0);
+    /* The second stream's blocks went over the capacity by one block at a
+     * time: each read evicted the one before it, which was read. */
+    cr_assert_leq(st.bytes_cached, 5 * 64 * KiB);
+    cr_assert_geq(st.evictions, 3);
+    cache_obj_put(cache, second);
+    teardown();
+}
+
+Test(cache, blocks_are_not_evicted_when_their_buffer_stays, .timeout = 30)
+{
+    /* One 4-block GET: once its first block is read, evicting it frees no
+     * memory (the three unread blocks keep the buffer), so a prefetch that
+     * cannot fit anyway must not throw it away. */
+    setup_with(4 * 64 * KiB);
+    cr_assert_eq(cache_prefetch(cache, obj, 0, 4 * 64 * KiB), 4 * 64 * KiB);
+    wait_prefetch_idle();
+    check_range(0, 64 * KiB);
+    cr_assert_eq(cache_prefetch(cache, obj, 4 * 64 * KiB, 64 * KiB), 0);
+    struct cache_stats st;
+    cache_get_stats(cache, &st);
+    cr_assert_eq(st.evictions, 0, "evicted a block whose buffer stayed");
+    uint64_t before = requests();
+    check_range(0, 64 * KiB); /* a re-read right behind the reader */
+    cr_assert_eq(requests(), before);
+    /* Read whole, the buffer can go, and the prefetch gets its room. */
+    check_range(64 * KiB, 3 * 64 * KiB);
+    cr_assert_eq(cache_prefetch(cache, obj, 4 * 64 * KiB, 64 * KiB), 64 * KiB);
+    wait_prefetch_idle();
+    cache_get_stats(cache, &st);
+    cr_assert_eq(st.evictions, 4);
+    cr_assert_leq(st.buffer_bytes, 4 * 64 * KiB);
     teardown();
 }
 

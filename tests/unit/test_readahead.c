@@ -80,3 +80,29 @@ Test(readahead, clamped_to_file_size)
     }
     cr_assert_eq(end, size);
 }
+
+Test(readahead, a_lower_max_shrinks_the_window_and_caps_refills)
+{
+    struct readahead ra;
+    uint64_t s, l;
+    readahead_init(&ra, 1 * MiB, 64 * MiB);
+    uint64_t off = 0;
+    for (int i = 0; i < 200; i++, off += MiB)
+        readahead_advise(&ra, off, MiB, 1ull << 40, &s, &l);
+    cr_assert_eq(ra.window, 64 * MiB);
+    /* More streams share the cache now: this one's window is cut. */
+    readahead_set_max(&ra, 8 * MiB);
+    cr_assert_eq(ra.window, 8 * MiB);
+    uint64_t most = 0;
+    for (int i = 0; i < 200; i++, off += MiB) {
+        readahead_advise(&ra, off, MiB, 1ull << 40, &s, &l);
+        if (l && s + l - (off + MiB) > most)
+            most = s + l - (off + MiB);
+    }
+    cr_assert_leq(most, 8 * MiB, "requested %llu MiB ahead", (unsigned long long)(most / MiB));
+    cr_assert_gt(most, 0);
+    /* Never below the smallest window. */
+    readahead_set_max(&ra, 4096);
+    cr_assert_eq(ra.max_window, 1 * MiB);
+    cr_assert_eq(ra.window, 1 * MiB);
+}

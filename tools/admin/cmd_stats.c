@@ -114,11 +114,13 @@ static void print_summary(const char *mnt, json_t *j)
     printf("  prefetched never used   %s dropped unread, %s held unread\n",
            fmt_size(a, sizeof a, num(j, "cache.prefetch_unused_bytes")),
            fmt_size(b, sizeof b, num(j, "cache.prefetch_unread_bytes")));
-    printf("  cache                   %s of %s held; %.0f evictions, %.0f released behind "
+    printf("  cache                   %s of %s held; %.0f evictions (%.0f of prefetched blocks "
+           "still to be read), %.0f released behind "
            "readers, %.0f failed fetches, %.0f reads failed at once after a timeout\n",
            fmt_size(a, sizeof a, num(j, "cache.bytes_cached")),
            fmt_size(b, sizeof b, num(j, "cache.capacity")), num(j, "cache.evictions"),
-           num(j, "cache.released"), num(j, "cache.fetch_errors"), num(j, "cache.failed_fast"));
+           num(j, "cache.evicted_unread"), num(j, "cache.released"), num(j, "cache.fetch_errors"),
+           num(j, "cache.failed_fast"));
     printf("\nrequests to the store\n");
     printf("  GET %.0f, HEAD %.0f, LIST %.0f, PUT %.0f, CreateMultipartUpload %.0f, UploadPart "
            "%.0f, CompleteMultipartUpload %.0f, AbortMultipartUpload %.0f, "
