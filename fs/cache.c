@@ -113,6 +113,11 @@ struct cache {
      * is dropped (protected by lock): the pool may unmap them, and unmapping
      * megabytes must not stall every reader. */
     struct cbuf *dead;
+    /* Memory a load works in (a quarter of the capacity): above it, a fetch
+     * reuses the buffers of blocks already read rather than mapping fresh
+     * ones, and read-ahead (cache_prefetch_ahead) waits for readers. */
+    uint64_t working_set;
+    uint64_t ahead_inflight; /* bytes of background fetches not READY yet (lock) */
     struct recent_timeout timeouts[TIMEOUT_SLOTS];
     unsigned next_timeout; /* ring cursor into timeouts */
 };
@@ -471,6 +476,31 @@ static void evict_locked(struct cache *c, struct cblock *b, int64_t now_ms)
     block_free_locked(c, b);
 }
 
+/* Above the working set, drop least recently used blocks that a reader has
+ * had (not prefetched blocks still unread) until need bytes went, so that a
+ * load much larger than the working set refills buffers it has read instead
+ * of faulting in fresh memory (every fresh page is zeroed and charged: a
+ * fifth of the daemon's CPU in a cold load). The kernel's page cache keeps
+ * what was read for re-reads (lock held). */
+static void recycle_read_blocks_locked(struct cache *c, uint64_t need)
+{
+    assert(cache_lock_held(c));
+    uint64_t dropped = 0;
+    struct cblock *b = c->lru.lru_prev;
+    while (dropped < need && held_locked(c) + need > c->working_set && b != &c->lru) {
+        struct cblock *prev = b->lru_prev;
+        if (b->pins == 0 && !(b->prefetched && !b->used)) {
+            lru_unlink(b);
+            block_unhash(c, b);
+            c->st.bytes_cached -= b->len;
+            c->st.recycled++;
+            dropped += b->len;
+            block_free_locked(c, b);
+        }
+        b = prev;
+    }
+}
+
 /* Make need more bytes fit within the capacity by evicting least recently
  * used blocks (lock held). Never evicted: pinned blocks, and prefetched
  * blocks still awaiting their reader. Under pressure, those are the next
@@ -489,8 +519,10 @@ static int make_room_locked(struct cache *c, uint64_t need, int background)
 {
     assert(cache_lock_held(c));
     const uint64_t cap = c->cfg.capacity;
-    if (held_locked(c) + need <= cap)
+    if (held_locked(c) + need <= cap) {
+        recycle_read_blocks_locked(c, need); /* within capacity, above the working set */
         return 1;
+    }
     int64_t now_ms = (int64_t)(mono_seconds() * 1000);
     uint64_t bytes = c->st.bytes_cached, bufs = atomic_load(&c->buffer_bytes);
     struct cblock *stop = NULL, *b;
@@ -620,6 +652,8 @@ static void fetch_publish_next_locked(struct fetch *f)
     b->data = f->buf->data + f->published_bytes;
     b->state = BLOCK_READY;
     if (b->prefetched) {
+        assert(c->ahead_inflight >= b->len);
+        c->ahead_inflight -= b->len;
         b->ready_ms = (int64_t)(mono_seconds() * 1000);
         c->st.prefetched_bytes += b->len;
         if (!b->used)
@@ -699,6 +733,10 @@ static int fetch_run(struct cache *c, struct cache_obj *o, uint64_t first, uint3
         for (uint32_t i = f.published; i < n; i++) {
             struct cblock *b = block_find(c, o, first + i);
             assert(b && b->state == BLOCK_FETCHING);
+            if (b->prefetched) {
+                assert(c->ahead_inflight >= b->len);
+                c->ahead_inflight -= b->len;
+            }
             b->state = BLOCK_FAILED;
             b->err = rc;
             block_unhash(c, b);
@@ -831,9 +869,17 @@ ssize_t cache_read(struct cache *c, struct cache_obj *o, uint64_t off, size_t le
     return rc < 0 ? rc : (ssize_t)len;
 }
 
+static uint64_t prefetch_split(struct cache *c, struct cache_obj *o, uint64_t off, uint64_t len,
+                               uint32_t request, int bounded);
+
 uint64_t cache_prefetch(struct cache *c, struct cache_obj *o, uint64_t off, uint64_t len)
 {
-    return cache_prefetch_split(c, o, off, len, c->cfg.request_size);
+    return prefetch_split(c, o, off, len, c->cfg.request_size, 0);
+}
+
+uint64_t cache_prefetch_ahead(struct cache *c, struct cache_obj *o, uint64_t off, uint64_t len)
+{
+    return prefetch_split(c, o, off, len, c->cfg.request_size, 1);
 }
 
 /* A full run may stretch by up to 1/STRETCH_DIV of a request to take the
@@ -859,6 +905,21 @@ static uint32_t stretch_to_end_locked(struct cache *c, struct cache_obj *o, uint
 uint64_t cache_prefetch_split(struct cache *c, struct cache_obj *o, uint64_t off, uint64_t len,
                               uint32_t request)
 {
+    return prefetch_split(c, o, off, len, request, 0);
+}
+
+/* Bytes fetched in the background that no reader has had yet: in flight, or
+ * READY and unread (lock held). */
+static uint64_t ahead_locked(const struct cache *c)
+{
+    return c->ahead_inflight + c->st.prefetch_unread_bytes;
+}
+
+/* cache_prefetch_split(); bounded: only while ahead_locked() is below the
+ * working set. */
+static uint64_t prefetch_split(struct cache *c, struct cache_obj *o, uint64_t off, uint64_t len,
+                               uint32_t request, int bounded)
+{
     if (off >= o->size || len == 0)
         return 0;
     if (len > o->size - off)
@@ -872,6 +933,11 @@ uint64_t cache_prefetch_split(struct cache *c, struct cache_obj *o, uint64_t off
     uint64_t scheduled = 0;
 
     cache_lock(c);
+    if (bounded && ahead_locked(c) >= c->working_set) {
+        c->st.ahead_deferred++; /* whole ranges: an item is fetched whole or not at all */
+        cache_unlock(c);
+        return 0;
+    }
     for (uint64_t idx = first; idx <= last;) {
         if (!block_claimable_locked(c, o, idx)) {
             idx++;
@@ -921,8 +987,11 @@ uint64_t cache_prefetch_split(struct cache *c, struct cache_obj *o, uint64_t off
             break;
         }
         c->st.prefetched += made;
+        uint64_t made_bytes = 0;
         for (uint32_t i = 0; i < made; i++)
-            scheduled += block_len(c, o, idx + i);
+            made_bytes += block_len(c, o, idx + i);
+        c->ahead_inflight += made_bytes;
+        scheduled += made_bytes;
         idx += made;
     }
     cache_unlock(c);
@@ -1030,6 +1099,12 @@ int cache_create(struct store *store, struct workq *wq, const struct cache_confi
         free(c);
         return rc;
     }
+    /* A quarter of the capacity, at least four requests, at most all of it. */
+    c->working_set = cfg->working_set ? cfg->working_set : cfg->capacity / 4;
+    if (c->working_set < 4 * (uint64_t)cfg->request_size)
+        c->working_set = 4 * (uint64_t)cfg->request_size;
+    if (c->working_set > cfg->capacity)
+        c->working_set = cfg->capacity;
     c->lru.lru_next = c->lru.lru_prev = &c->lru;
     pthread_mutex_init(&c->lock, NULL);
     for (int i = 0; i < WAIT_CONDS; i++)

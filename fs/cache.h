@@ -32,6 +32,7 @@ struct cache_config {
     uint64_t capacity;     /* bytes held at most: block data, and the fetch buffers it keeps */
     uint32_t block_size;   /* bytes per block (power of two), e.g. 1 MiB */
     uint32_t request_size; /* background GET size, a multiple of block_size (+1/8 to end a range) */
+    uint64_t working_set;  /* above it, read blocks are recycled first; 0: capacity / 4 */
 };
 
 /* A fetch that timed out (-ETIMEDOUT) is remembered this long: reads and
@@ -53,6 +54,8 @@ struct cache_stats {
     uint64_t prefetch_unread_bytes; /* of those, held now and not read yet */
     uint64_t evictions;             /* blocks dropped to stay within capacity */
     uint64_t evicted_unread;        /* of those, prefetched blocks still awaiting their reader */
+    uint64_t recycled;              /* read blocks dropped to reuse their memory (working set) */
+    uint64_t ahead_deferred;        /* cache_prefetch_ahead() ranges left to their readers */
     uint64_t released;              /* blocks dropped behind a sequential reader */
     uint64_t fetch_errors;          /* fetches that failed */
     uint64_t failed_fast;           /* reads failed at once by a recent timeout */
@@ -111,6 +114,14 @@ void cache_release_behind(struct cache *c, struct cache_obj *o, uint64_t from, u
  * already cached or in flight are skipped. Never waits for I/O. Returns
  * the number of bytes newly scheduled. */
 uint64_t cache_prefetch(struct cache *c, struct cache_obj *o, uint64_t off, uint64_t len);
+
+/* cache_prefetch() of a range no reader is in yet (the items after the one
+ * being read, other ranks' chunks): scheduled whole only while the bytes
+ * fetched in the background and not read yet stay below the working set (a
+ * quarter of the capacity), else nothing (the reader fetches it when it gets
+ * there). Bounds how far prefetch runs ahead of all readers, so that buffers
+ * are reused instead of faulted in fresh. */
+uint64_t cache_prefetch_ahead(struct cache *c, struct cache_obj *o, uint64_t off, uint64_t len);
 
 /* cache_prefetch() in requests of at most request bytes (rounded to blocks,
  * at most request_size; the last request of the range may be up to 1/8

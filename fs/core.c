@@ -1013,8 +1013,12 @@ static int prefetch_items(struct core *core, struct core_file *f, uint64_t off, 
     int k = prefetch_enter(&f->pf, cur, next, n - 1, out);
     if (prefetch_confirmed(&f->pf))
         *entered = cur.offset; /* a read is in this item for sure: its siblings are wanted */
-    for (int i = 0; i < k; i++)
-        cache_prefetch(core->cache, f->obj, out[i].offset, out[i].length);
+    for (int i = 0; i < k; i++) {
+        if (out[i].offset < cur.offset + cur.length) /* the item being read: now */
+            cache_prefetch(core->cache, f->obj, out[i].offset, out[i].length);
+        else /* speculation: only while readers keep up */
+            cache_prefetch_ahead(core->cache, f->obj, out[i].offset, out[i].length);
+    }
     atomic_fetch_add(&core->item_prefetches, (uint64_t)k);
     return prefetch_planned(&f->pf);
 }
@@ -1087,7 +1091,8 @@ static void prefetch_siblings(struct core *core, struct core_file *f, uint64_t i
         struct cache_obj *o = cache_obj_ref(core->cache, spath, st.etag, st.size, &opened);
         if (!o)
             continue;
-        if ((open || !opened) && cache_prefetch(core->cache, o, ch[i].offset, ch[i].length) > 0)
+        if ((open || !opened) &&
+            cache_prefetch_ahead(core->cache, o, ch[i].offset, ch[i].length) > 0)
             atomic_fetch_add(&core->sibling_prefetches, 1);
         cache_obj_unref(core->cache, o);
     }
@@ -1313,7 +1318,7 @@ int core_stats_json(struct core *core, char *buf, size_t len)
         "\"prefetched\": %llu, "
         "\"prefetch_skipped\": %llu, \"prefetched_bytes\": %llu, \"prefetch_unused_bytes\": %llu, "
         "\"prefetch_unread_bytes\": %llu, \"evictions\": %llu, \"evicted_unread\": %llu, "
-        "\"released\": %llu, "
+        "\"recycled\": %llu, \"ahead_deferred\": %llu, \"released\": %llu, "
         "\"fetch_errors\": %llu, \"failed_fast\": %llu, "
         "\"bytes_cached\": %llu, \"buffer_bytes\": %llu, \"capacity\": %llu, \"block_size\": %u, "
         "\"buffers_mapped\": "
@@ -1335,6 +1340,7 @@ int core_stats_json(struct core *core, char *buf, size_t len)
         (unsigned long long)cs.prefetch_skipped, (unsigned long long)cs.prefetched_bytes,
         (unsigned long long)cs.prefetch_unused_bytes, (unsigned long long)cs.prefetch_unread_bytes,
         (unsigned long long)cs.evictions, (unsigned long long)cs.evicted_unread,
+        (unsigned long long)cs.recycled, (unsigned long long)cs.ahead_deferred,
         (unsigned long long)cs.released, (unsigned long long)cs.fetch_errors,
         (unsigned long long)cs.failed_fast, (unsigned long long)cs.bytes_cached,
         (unsigned long long)cs.buffer_bytes, (unsigned long long)cs.capacity, core->cfg.block_size,

@@ -163,7 +163,11 @@ def test_partial_load_of_large_items_fetches_what_it_needs(s3server, mounter, re
 @pytest.mark.parametrize("world,only,limit", [
     pytest.param(WORLD, "layers.1.", 1.10, id="one-layer"),
     pytest.param(WORLD, "", 1.02, id="full"),
-    pytest.param(3, "layers.0.", 1.10, id="reshard-3", marks=pytest.mark.matrix),
+    # Two loaders per file, each jump with its own readahead overshoot, which depends
+    # on what the other loader's reads brought in: 1.04-1.18x over 6 runs of three
+    # builds (design.md, "Layouts that are not the load order"); whole-item guesses
+    # would be 1.67x.
+    pytest.param(3, "layers.0.", 1.25, id="reshard-3", marks=pytest.mark.matrix),
 ])
 def test_load_of_a_size_sorted_layout_fetches_what_it_needs(s3server, mounter, request,
                                                             size_sorted, world, only, limit):

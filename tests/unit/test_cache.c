@@ -34,14 +34,20 @@ static void note_read_len(void *arg, const struct mem_call *c)
         atomic_store(&max_len_seen, (int)c->len);
 }
 
-static void setup_with_request(uint64_t capacity, uint32_t request);
+static void setup_cfg(uint64_t capacity, uint32_t request, uint64_t working_set);
 
+/* A cache whose working set is all of it: eviction by capacity alone. */
 static void setup_with(uint64_t capacity)
 {
-    setup_with_request(capacity, 256 * KiB);
+    setup_cfg(capacity, 256 * KiB, capacity);
 }
 
 static void setup_with_request(uint64_t capacity, uint32_t request)
+{
+    setup_cfg(capacity, request, capacity);
+}
+
+static void setup_cfg(uint64_t capacity, uint32_t request, uint64_t working_set)
 {
     store = mem_store_new();
     unsigned char *data = malloc(OBJ_SIZE);
@@ -53,8 +59,10 @@ static void setup_with_request(uint64_t capacity, uint32_t request)
     atomic_store(&max_len_seen, 0);
     mem_store_set_hook(store, note_read_len, NULL);
     cr_assert_eq(workq_create(4, &wq), 0);
-    struct cache_config cfg = {
-        .capacity = capacity, .block_size = 64 * KiB, .request_size = request};
+    struct cache_config cfg = {.capacity = capacity,
+                               .block_size = 64 * KiB,
+                               .request_size = request,
+                               .working_set = working_set};
     cr_assert_eq(cache_create(mem_store_base(store), wq, &cfg, &cache), 0);
     obj = cache_obj_get(cache, "obj", etag, OBJ_SIZE, NULL);
     cr_assert_not_null(obj);
@@ -570,6 +578,90 @@ Test(cache, a_longer_tail_is_a_get_of_its_own)
     teardown();
 }
 
+/* A store object of n 64 KiB blocks, opened in the cache. */
+static struct cache_obj *big_obj(const char *name, size_t n)
+{
+    unsigned char *data = calloc(n, 64 * KiB);
+    char e[STORE_ETAG_MAX];
+    cr_assert_eq(mem_store_set(store, name, data, n * 64 * KiB, e), 0);
+    free(data);
+    struct cache_obj *o = cache_obj_get(cache, name, e, n * 64 * KiB, NULL);
+    cr_assert_not_null(o);
+    return o;
+}
+
+Test(cache, reads_beyond_the_working_set_reuse_the_buffers_of_read_blocks)
+{
+    /* 4 MiB cache, 1 MiB working set: a 3 MiB read in 256 KiB GETs keeps about
+     * the working set and refills its buffers instead of mapping fresh ones. */
+    setup_cfg(4096 * KiB, 256 * KiB, 1024 * KiB);
+    struct cache_obj *o = big_obj("big", 48);
+    unsigned char *buf = malloc(256 * KiB);
+    for (uint64_t off = 0; off < 48 * 64 * KiB; off += 256 * KiB)
+        cr_assert_eq(cache_read(cache, o, off, 256 * KiB, buf), (ssize_t)(256 * KiB));
+    free(buf);
+    struct cache_stats st;
+    cache_get_stats(cache, &st);
+    cr_assert_gt(st.recycled, 0);
+    cr_assert_eq(st.evictions, 0, "nothing had to go for the capacity");
+    cr_assert_leq(st.bytes_cached, 1024 * KiB + 256 * KiB, "held %llu KiB",
+                  (unsigned long long)(st.bytes_cached / KiB));
+    cr_assert_geq(st.buffers_reused, 6, "mapped %llu, reused %llu",
+                  (unsigned long long)st.buffers_mapped, (unsigned long long)st.buffers_reused);
+    cache_obj_put(cache, o);
+    teardown();
+}
+
+Test(cache, unread_prefetched_blocks_are_not_recycled)
+{
+    setup_cfg(4096 * KiB, 256 * KiB, 1024 * KiB);
+    struct cache_obj *a = big_obj("a", 16), *b = big_obj("b", 32);
+    cr_assert_eq(cache_prefetch(cache, a, 0, 16 * 64 * KiB), 16 * 64 * KiB);
+    wait_prefetch_idle();
+    for (int i = 0; i < 2000 && workq_pending(wq); i++)
+        usleep(1000);
+    usleep(50000);
+    unsigned char *buf = malloc(256 * KiB);
+    for (uint64_t off = 0; off < 32 * 64 * KiB; off += 256 * KiB)
+        cr_assert_eq(cache_read(cache, b, off, 256 * KiB, buf), (ssize_t)(256 * KiB));
+    uint64_t before = requests();
+    for (uint64_t off = 0; off < 16 * 64 * KiB; off += 256 * KiB)
+        cr_assert_eq(cache_read(cache, a, off, 256 * KiB, buf), (ssize_t)(256 * KiB));
+    cr_assert_eq(requests(), before, "a prefetched block was recycled before its reader came");
+    free(buf);
+    cache_obj_put(cache, a);
+    cache_obj_put(cache, b);
+    teardown();
+}
+
+Test(cache, read_ahead_waits_while_the_working_set_is_ahead_of_readers)
+{
+    setup_cfg(4096 * KiB, 256 * KiB, 1024 * KiB);
+    struct cache_obj *a = big_obj("a", 16), *b = big_obj("b", 16);
+    /* 1 MiB fetched and not read: as far ahead as the working set allows. */
+    cr_assert_eq(cache_prefetch_ahead(cache, a, 0, 16 * 64 * KiB), 16 * 64 * KiB);
+    cr_assert_eq(cache_prefetch_ahead(cache, b, 0, 64 * KiB), 0, "ran ahead past the working set");
+    /* The item a reader is in is fetched whatever is ahead. */
+    cr_assert_eq(cache_prefetch(cache, b, 0, 64 * KiB), 64 * KiB);
+    for (int i = 0; i < 2000 && workq_pending(wq); i++)
+        usleep(1000);
+    usleep(50000);
+    struct cache_stats st;
+    cache_get_stats(cache, &st);
+    cr_assert_eq(st.ahead_deferred, 1);
+    /* Once a reader has had a's blocks, read-ahead goes on. */
+    unsigned char *buf = malloc(16 * 64 * KiB);
+    cr_assert_eq(cache_read(cache, a, 0, 16 * 64 * KiB, buf), (ssize_t)(16 * 64 * KiB));
+    free(buf);
+    cr_assert_eq(cache_prefetch_ahead(cache, b, 64 * KiB, 64 * KiB), 64 * KiB);
+    for (int i = 0; i < 2000 && workq_pending(wq); i++)
+        usleep(1000);
+    usleep(50000);
+    cache_obj_put(cache, a);
+    cache_obj_put(cache, b);
+    teardown();
+}
+
 static atomic_int gate_open, worker_free;
 
 /* A job that holds its worker until the gate opens (or 5 s pass). */
@@ -692,8 +784,10 @@ static void setup_long(int workers, struct cache_obj **lo)
     cr_assert_eq(mem_store_set(store, "long", data, size, long_etag), 0);
     free(data);
     cr_assert_eq(workq_create(workers, &wq), 0);
-    struct cache_config cfg = {
-        .capacity = 16u << 20, .block_size = 64 * KiB, .request_size = 256 * KiB};
+    struct cache_config cfg = {.capacity = 16u << 20,
+                               .block_size = 64 * KiB,
+                               .request_size = 256 * KiB,
+                               .working_set = 16u << 20}; /* release-behind alone */
     cr_assert_eq(cache_create(mem_store_base(store), wq, &cfg, &cache), 0);
     obj = cache_obj_get(cache, "obj", etag, OBJ_SIZE, NULL);
     *lo = cache_obj_get(cache, "long", long_etag, size, NULL);

@@ -121,6 +121,9 @@ static void print_summary(const char *mnt, json_t *j)
            fmt_size(b, sizeof b, num(j, "cache.capacity")), num(j, "cache.evictions"),
            num(j, "cache.evicted_unread"), num(j, "cache.released"), num(j, "cache.fetch_errors"),
            num(j, "cache.failed_fast"));
+    printf("  working set             %.0f read blocks recycled for new fetches, %.0f "
+           "read-ahead ranges left to their readers\n",
+           num(j, "cache.recycled"), num(j, "cache.ahead_deferred"));
     printf("\nrequests to the store\n");
     printf("  GET %.0f, HEAD %.0f, LIST %.0f, PUT %.0f, CreateMultipartUpload %.0f, UploadPart "
            "%.0f, CompleteMultipartUpload %.0f, AbortMultipartUpload %.0f, "
