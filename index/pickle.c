@@ -666,6 +666,15 @@ static int read_line(struct parser *P, const char **s, size_t *n)
 
 /* Fold mode's memo: a bitmap of stored slots, and values for the slots the
  * prescan saw read (ref), so a 20M-slot memo costs bits, not pointers. */
+/* Bits set in x (no popcnt instruction assumed). */
+static unsigned popcount64(uint64_t x)
+{
+    x = x - ((x >> 1) & 0x5555555555555555ull);
+    x = (x & 0x3333333333333333ull) + ((x >> 2) & 0x3333333333333333ull);
+    x = (x + (x >> 4)) & 0x0f0f0f0f0f0f0f0full;
+    return (unsigned)((x * 0x0101010101010101ull) >> 56);
+}
+
 static int ref_has(const struct parser *P, uint64_t idx)
 {
     return idx >> 6 < P->ref_words && (P->ref[idx >> 6] >> (idx & 63) & 1);
@@ -674,7 +683,7 @@ static int ref_has(const struct parser *P, uint64_t idx)
 static size_t ref_slot(const struct parser *P, uint64_t idx)
 {
     uint64_t below = P->ref[idx >> 6] & (((uint64_t)1 << (idx & 63)) - 1);
-    return P->ref_rank[idx >> 6] + (size_t)__builtin_popcountll(below);
+    return P->ref_rank[idx >> 6] + (size_t)popcount64(below);
 }
 
 static int set_has(const struct parser *P, uint64_t idx)
@@ -925,7 +934,7 @@ done:
     size_t n = 0;
     for (size_t w = 0; w < words; w++) {
         P->ref_rank[w] = (uint32_t)n;
-        n += (size_t)__builtin_popcountll(ref[w]);
+        n += (size_t)popcount64(ref[w]);
     }
     if (n >= UINT32_MAX)
         return -1;

@@ -77,7 +77,11 @@ struct pkl_value;
  * fields of the right types set by SETITEM(S), BUILD; sizes as
  * REDUCE(torch.Size, (tuple of ints,))), whose memo slots no BINGET ever
  * reads, is kept as one PKL_FOLDED value holding what dcp.c extracts from
- * such an object, instead of ~15 values. Anything else stays a plain value. */
+ * such an object, instead of ~15 values. Anything else stays a plain value.
+ * A folded record never changes: a later BUILD, APPEND or SETITEM on it is
+ * refused (CKPT_ETYPE) where the plain parse would change the object, so
+ * fold mode may refuse what the plain parse accepts (dcp.c then parses
+ * again without folding), never the other way round. */
 #define PKL_FOLD_CHUNK 1   /* ChunkStorageMetadata: offsets, sizes */
 #define PKL_FOLD_INDEX 2   /* MetadataIndex: fqn, index, offset */
 #define PKL_FOLD_STORAGE 3 /* _StorageInfo: relative_path, offset, length */
