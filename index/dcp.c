@@ -29,7 +29,9 @@ void dcp_options_default(struct dcp_options *o)
 {
     pkl_options_default(&o->pkl);
     o->pkl.filter = dcp_global_allowed;
+    o->pkl.fold = 1;
     o->max_memory = (size_t)4 << 30;
+    o->no_refold = 0;
 }
 
 static int prefix(const char *s, const char *p)
@@ -84,9 +86,12 @@ struct ex {
     struct ckpt *c;
     struct pkl_doc *doc;
     struct ckpt_err *err;
-    struct strmap files;  /* relative_path -> file index */
-    struct strmap fqns;   /* fqn -> tensor index, or bytes index | BYTES_FLAG */
-    struct strmap chunks; /* tensor(le32) offsets(le64...) -> global chunk number */
+    struct strmap files;   /* relative_path -> file index */
+    struct strmap fqns;    /* fqn -> tensor index, or bytes index | BYTES_FLAG */
+    struct strmap tchunks; /* one tensor's chunk offsets (raw int64s) -> chunk */
+    struct strmap chunks;  /* tensor(le32) offsets(le64...) -> global chunk number; built
+                            * on the first storage key whose index does not name its chunk */
+    int chunks_built;
     uint32_t *chunk_tensor, *chunk_index;
     uint32_t nchunks;
     struct arena scratch; /* chunk-map and vcache keys */
@@ -475,30 +480,43 @@ static int add_tensor(struct ex *X, const struct pkl_value *v, const char *fqn,
     t->chunks = arena_zalloc(&c->arena, (n ? n : 1) * sizeof(*t->chunks));
     if (!t->chunks)
         return nomem(X);
+    if (strmap_reset(&X->tchunks, n))
+        return nomem(X);
     for (size_t i = 0; i < n; i++) {
         const struct pkl_value *ch = chunks->u.seq.items[i];
-        if (!is_cls(ch, "ChunkStorageMetadata"))
-            return bad(X, CKPT_ETYPE, ch, "'%s': chunk %zu is a %s, not ChunkStorageMetadata", fqn,
-                       i, type_of(ch));
         uint32_t no, ns;
-        if ((rc = get_shape(X, field(ch, "offsets"), "chunk offsets", fqn, &no,
-                            &t->chunks[i].offsets)) ||
-            (rc = get_shape(X, field(ch, "sizes"), "chunk sizes", fqn, &ns, &t->chunks[i].sizes)))
-            return rc;
+        if (ch->type == PKL_FOLDED && ch->u.fold->kind == PKL_FOLD_CHUNK) {
+            /* folded by the parser: the same fields, already converted */
+            const struct pkl_fold *f = ch->u.fold;
+            no = f->noffs;
+            ns = f->nsizes;
+            int64_t *a = arena_alloc(&c->arena, ((size_t)no + ns + 1) * sizeof(int64_t));
+            if (!a)
+                return nomem(X);
+            memcpy(a, f->offs, no * sizeof(int64_t));
+            memcpy(a + no, f->sizes, ns * sizeof(int64_t));
+            t->chunks[i].offsets = a;
+            t->chunks[i].sizes = a + no;
+        } else {
+            if (!is_cls(ch, "ChunkStorageMetadata"))
+                return bad(X, CKPT_ETYPE, ch, "'%s': chunk %zu is a %s, not ChunkStorageMetadata",
+                           fqn, i, type_of(ch));
+            if ((rc = get_shape(X, field(ch, "offsets"), "chunk offsets", fqn, &no,
+                                &t->chunks[i].offsets)) ||
+                (rc = get_shape(X, field(ch, "sizes"), "chunk sizes", fqn, &ns,
+                                &t->chunks[i].sizes)))
+                return rc;
+        }
         if (no != t->ndim || ns != t->ndim)
             return bad(X, CKPT_EINVALID, ch,
                        "'%s': chunk %zu has %u-dim offsets and %u-dim sizes, tensor has %u dims",
                        fqn, i, no, ns, t->ndim);
         t->chunks[i].item = CKPT_NONE;
-        char kb[CHUNK_KEY_MAX];
-        size_t klen = chunk_key(kb, c->ntensors, t->chunks[i].offsets, no);
-        char *key = arena_alloc(&X->scratch, klen);
-        if (!key)
-            return nomem(X);
-        memcpy(key, kb, klen);
         if (X->nchunks == UINT32_MAX)
             return bad(X, CKPT_ELIMIT, ch, "too many chunks");
-        rc = strmap_put(&X->chunks, key, klen, X->nchunks, NULL);
+        /* chunks of one tensor by their offsets: a small map, reset per tensor */
+        rc = strmap_put(&X->tchunks, t->chunks[i].offsets, (size_t)no * sizeof(int64_t),
+                        (uint32_t)i, NULL);
         if (rc < 0)
             return nomem(X);
         if (rc == 1)
@@ -531,7 +549,7 @@ static int walk_sdm(struct ex *X, const struct pkl_value *sdm)
                    X->c->dcp.size);
     X->chunk_tensor = malloc((total_chunks + 1) * sizeof(uint32_t));
     X->chunk_index = malloc((total_chunks + 1) * sizeof(uint32_t));
-    if (!X->chunk_tensor || !X->chunk_index || strmap_init(&X->chunks, total_chunks))
+    if (!X->chunk_tensor || !X->chunk_index)
         return nomem(X);
 
     for (size_t i = 0; i + 1 < sdm->u.seq.len; i += 2) {
@@ -566,32 +584,39 @@ static int walk_sdm(struct ex *X, const struct pkl_value *sdm)
 
 /* ---- storage_data -------------------------------------------------------- */
 
-static int file_of(struct ex *X, const struct pkl_value *pv, const char *fqn, uint32_t *out)
+/* The file named s[0..len) (a relative_path; pv for messages). */
+static int file_named(struct ex *X, const struct pkl_value *pv, const char *s, size_t len,
+                      const char *fqn, uint32_t *out)
 {
-    if (!pv || pv->type != PKL_STR)
-        return bad(X, CKPT_ETYPE, pv, "'%s': relative_path is a %s, not a str", fqn, type_of(pv));
-    char why[96];
-    if (ckpt_check_relpath(pv->u.str.s, pv->u.str.len, why, sizeof(why)))
-        return bad(X, CKPT_EINVALID, pv, "'%s': relative_path '%.*s': %s", fqn,
-                   (int)(pv->u.str.len > 80 ? 80 : pv->u.str.len), pv->u.str.s, why);
     uint32_t f;
-    if (strmap_get(&X->files, pv->u.str.s, pv->u.str.len, &f) == 0) {
-        *out = f;
+    if (strmap_get(&X->files, s, len, &f) == 0) {
+        *out = f; /* checked when first seen */
         return 0;
     }
+    char why[96];
+    if (ckpt_check_relpath(s, len, why, sizeof(why)))
+        return bad(X, CKPT_EINVALID, pv, "'%s': relative_path '%.*s': %s", fqn,
+                   (int)(len > 80 ? 80 : len), s, why);
     struct ckpt *c = X->c;
     struct ckpt_file *fi = &c->files[c->nfiles];
     memset(fi, 0, sizeof(*fi));
-    fi->name = arena_strndup(&c->arena, pv->u.str.s, pv->u.str.len);
+    fi->name = arena_strndup(&c->arena, s, len);
     if (!fi->name)
         return nomem(X);
     fi->rank = ckpt_rank_of(fi->name);
     fi->size = CKPT_SIZE_UNKNOWN;
     fi->present = -1;
-    if (strmap_put(&X->files, fi->name, pv->u.str.len, c->nfiles, NULL) < 0)
+    if (strmap_put(&X->files, fi->name, len, c->nfiles, NULL) < 0)
         return nomem(X);
     *out = c->nfiles++;
     return 0;
+}
+
+static int file_of(struct ex *X, const struct pkl_value *pv, const char *fqn, uint32_t *out)
+{
+    if (!pv || pv->type != PKL_STR)
+        return bad(X, CKPT_ETYPE, pv, "'%s': relative_path is a %s, not a str", fqn, type_of(pv));
+    return file_named(X, pv, pv->u.str.s, pv->u.str.len, fqn, out);
 }
 
 static int get_transforms(struct ex *X, const struct pkl_value *td, const char *fqn,
@@ -618,42 +643,113 @@ static int get_transforms(struct ex *X, const struct pkl_value *td, const char *
     return 0;
 }
 
+/* The chunk map of every tensor's chunks, for storage keys whose index
+ * does not name their chunk (torch's always do). 0 or -ENOMEM. */
+static int build_chunk_map(struct ex *X)
+{
+    if (X->chunks_built)
+        return 0;
+    if (strmap_init(&X->chunks, X->nchunks))
+        return -ENOMEM;
+    for (uint32_t g = 0; g < X->nchunks; g++) {
+        const struct ckpt_tensor *t = &X->c->tensors[X->chunk_tensor[g]];
+        char kb[CHUNK_KEY_MAX];
+        size_t klen =
+            chunk_key(kb, X->chunk_tensor[g], t->chunks[X->chunk_index[g]].offsets, t->ndim);
+        char *key = arena_alloc(&X->scratch, klen);
+        if (!key)
+            return -ENOMEM;
+        memcpy(key, kb, klen);
+        if (strmap_put(&X->chunks, key, klen, g, NULL) < 0)
+            return -ENOMEM;
+    }
+    X->chunks_built = 1;
+    return 0;
+}
+
+/* The chunk of tensor t starting at offs[0..n): its index hint if that
+ * chunk starts there (chunk offsets are unique per tensor, so it is the
+ * one), else through the chunk map. 0 and *chunk, CKPT_NOTFOUND or -ENOMEM. */
+static int find_chunk(struct ex *X, uint32_t t, const int64_t *offs, uint32_t n, int64_t hint,
+                      uint32_t *chunk)
+{
+    const struct ckpt_tensor *tt = &X->c->tensors[t];
+    if (hint >= 0 && hint < (int64_t)tt->nchunks && n == tt->ndim &&
+        memcmp(tt->chunks[hint].offsets, offs, (size_t)n * sizeof(int64_t)) == 0) {
+        *chunk = (uint32_t)hint;
+        return 0;
+    }
+    if (build_chunk_map(X))
+        return -ENOMEM;
+    char k[CHUNK_KEY_MAX];
+    size_t klen = chunk_key(k, t, offs, n);
+    uint32_t g;
+    if (strmap_get(&X->chunks, k, klen, &g) != 0)
+        return CKPT_NOTFOUND;
+    *chunk = X->chunk_index[g];
+    return 0;
+}
+
 static int add_item(struct ex *X, const struct pkl_value *key, const struct pkl_value *info)
 {
     struct ckpt *c = X->c;
-    if (!is_cls(key, "MetadataIndex"))
+    const struct pkl_fold *fk = NULL, *fi = NULL; /* folded by the parser */
+    if (key->type == PKL_FOLDED && key->u.fold->kind == PKL_FOLD_INDEX)
+        fk = key->u.fold;
+    else if (!is_cls(key, "MetadataIndex"))
         return bad(X, CKPT_ETYPE, key, "storage_data key is a %s, not MetadataIndex", type_of(key));
-    if (!is_cls(info, "_StorageInfo"))
+    if (info->type == PKL_FOLDED && info->u.fold->kind == PKL_FOLD_STORAGE)
+        fi = info->u.fold;
+    else if (!is_cls(info, "_StorageInfo"))
         return bad(X, CKPT_ETYPE, info, "storage_data value is a %s, not _StorageInfo",
                    type_of(info));
-    const struct pkl_value *fqnv = field(key, "fqn"), *offv = field(key, "offset"),
-                           *idxv = field(key, "index");
-    if (!fields_of(key) && key->u.obj->args && key->u.obj->args->u.seq.len >= 1) {
-        /* MetadataIndex(fqn, offset, index) passed positionally */
-        const struct pkl_value *a = key->u.obj->args;
-        fqnv = a->u.seq.items[0];
-        offv = a->u.seq.len > 1 ? a->u.seq.items[1] : NULL;
-        idxv = a->u.seq.len > 2 ? a->u.seq.items[2] : NULL;
+    const struct pkl_value *fqnv = NULL, *offv = NULL, *idxv = NULL;
+    if (!fk) {
+        fqnv = field(key, "fqn");
+        offv = field(key, "offset");
+        idxv = field(key, "index");
+        if (!fields_of(key) && key->u.obj->args && key->u.obj->args->u.seq.len >= 1) {
+            /* MetadataIndex(fqn, offset, index) passed positionally */
+            const struct pkl_value *a = key->u.obj->args;
+            fqnv = a->u.seq.items[0];
+            offv = a->u.seq.len > 1 ? a->u.seq.items[1] : NULL;
+            idxv = a->u.seq.len > 2 ? a->u.seq.items[2] : NULL;
+        }
     }
     struct ckpt_item *it = &c->items[c->nitems];
     memset(it, 0, sizeof(*it));
-    int rc = get_str(X, fqnv, "MetadataIndex.fqn", "?", &it->fqn);
-    if (rc)
-        return rc;
-    const char *fqn = it->fqn;
-    it->index_hint = -1;
-    if (!is_none(idxv) && (rc = get_i64(X, idxv, "MetadataIndex.index", fqn, &it->index_hint)))
-        return rc;
+    int rc;
     uint32_t val;
-    if (strmap_get(&X->fqns, fqn, strlen(fqn), &val) != 0)
-        return bad(X, CKPT_EINVALID, key, "storage entry for '%s', which state_dict_metadata lacks",
-                   fqn);
+    const char *fqn;
+    if (fk) {
+        /* the item's fqn is the state_dict entry's string (same text) */
+        if (memchr(fk->str, '\0', fk->len))
+            return bad(X, CKPT_EINVALID, key, "MetadataIndex.fqn contains a NUL byte");
+        if (strmap_get(&X->fqns, fk->str, fk->len, &val) != 0)
+            return bad(X, CKPT_EINVALID, key,
+                       "storage entry for '%.*s', which state_dict_metadata lacks",
+                       (int)(fk->len > 200 ? 200 : fk->len), fk->str);
+        it->fqn = val & BYTES_FLAG ? c->bytes[val & ~BYTES_FLAG].fqn : c->tensors[val].fqn;
+        it->index_hint = fk->has_index ? fk->index : -1;
+        fqn = it->fqn;
+    } else {
+        if ((rc = get_str(X, fqnv, "MetadataIndex.fqn", "?", &it->fqn)))
+            return rc;
+        fqn = it->fqn;
+        it->index_hint = -1;
+        if (!is_none(idxv) && (rc = get_i64(X, idxv, "MetadataIndex.index", fqn, &it->index_hint)))
+            return rc;
+        if (strmap_get(&X->fqns, fqn, strlen(fqn), &val) != 0)
+            return bad(X, CKPT_EINVALID, key,
+                       "storage entry for '%s', which state_dict_metadata lacks", fqn);
+    }
+    int no_offset = fk ? fk->noffs == PKL_FOLD_NOSHAPE : is_none(offv);
     uint32_t item_no = c->nitems;
     if (val & BYTES_FLAG) {
         struct ckpt_bytes *b = &c->bytes[val & ~BYTES_FLAG];
-        if (!is_none(offv))
-            return bad(X, CKPT_EINVALID, offv, "'%s' is a bytes entry but its key has an offset",
-                       fqn);
+        if (!no_offset)
+            return bad(X, CKPT_EINVALID, fk ? key : offv,
+                       "'%s' is a bytes entry but its key has an offset", fqn);
         if (b->item != CKPT_NONE)
             return bad(X, CKPT_EINVALID, key, "'%s' has two storage entries", fqn);
         b->item = item_no;
@@ -663,45 +759,63 @@ static int add_item(struct ex *X, const struct pkl_value *key, const struct pkl_
     } else {
         uint32_t n;
         const int64_t *offs;
-        if (is_none(offv))
+        if (no_offset)
             return bad(X, CKPT_EINVALID, key, "'%s' is a tensor but its key has no chunk offset",
                        fqn);
-        if ((rc = get_shape(X, offv, "MetadataIndex.offset", fqn, &n, &offs)))
+        if (fk) {
+            n = fk->noffs;
+            offs = fk->offs;
+        } else if ((rc = get_shape(X, offv, "MetadataIndex.offset", fqn, &n, &offs))) {
             return rc;
-        char k[CHUNK_KEY_MAX];
-        size_t klen = chunk_key(k, val, offs, n);
-        uint32_t g;
-        if (strmap_get(&X->chunks, k, klen, &g) != 0)
+        }
+        uint32_t ci;
+        rc = find_chunk(X, val, offs, n, it->index_hint, &ci);
+        if (rc == -ENOMEM)
+            return nomem(X);
+        if (rc)
             return bad(X, CKPT_EINVALID, key, "storage entry for '%s' names no chunk of it", fqn);
-        struct ckpt_chunk *ch = &c->tensors[X->chunk_tensor[g]].chunks[X->chunk_index[g]];
+        struct ckpt_chunk *ch = &c->tensors[val].chunks[ci];
         if (ch->item != CKPT_NONE)
             return bad(X, CKPT_EINVALID, key,
-                       "'%s' chunk %u has two storage entries (duplicate MetadataIndex)", fqn,
-                       X->chunk_index[g]);
+                       "'%s' chunk %u has two storage entries (duplicate MetadataIndex)", fqn, ci);
         ch->item = item_no;
         it->kind = CKPT_ITEM_TENSOR;
-        it->tensor = X->chunk_tensor[g];
-        it->chunk = X->chunk_index[g];
+        it->tensor = val;
+        it->chunk = ci;
         it->bytes = CKPT_NONE;
     }
-    if ((rc = file_of(X, field(info, "relative_path"), fqn, &it->file)))
-        return rc;
     int64_t off, len;
-    const struct pkl_value *ov = field(info, "offset"), *lv = field(info, "length");
-    if ((rc = get_i64(X, ov, "storage offset", fqn, &off)) ||
-        (rc = get_i64(X, lv, "storage length", fqn, &len)))
-        return rc;
-    if (off < 0)
-        return bad(X, CKPT_EINVALID, ov, "'%s': storage offset %" PRId64 " is negative", fqn, off);
-    if (len < 0)
-        return bad(X, CKPT_EINVALID, lv, "'%s': storage length %" PRId64 " is negative", fqn, len);
-    if (len > INT64_MAX - off)
-        return bad(X, CKPT_EINVALID, lv,
-                   "'%s': offset %" PRId64 " + length %" PRId64 " overflows 64 bits", fqn, off,
-                   len);
+    if (fi) {
+        if ((rc = file_named(X, info, fi->str, fi->len, fqn, &it->file)))
+            return rc;
+        off = fi->off;
+        len = fi->size;
+        if (off < 0 || len < 0 || len > INT64_MAX - off)
+            return bad(X, CKPT_EINVALID, info,
+                       "'%s': storage offset %" PRId64 " or length %" PRId64
+                       " is negative or overflows",
+                       fqn, off, len);
+    } else {
+        if ((rc = file_of(X, field(info, "relative_path"), fqn, &it->file)))
+            return rc;
+        const struct pkl_value *ov = field(info, "offset"), *lv = field(info, "length");
+        if ((rc = get_i64(X, ov, "storage offset", fqn, &off)) ||
+            (rc = get_i64(X, lv, "storage length", fqn, &len)))
+            return rc;
+        if (off < 0)
+            return bad(X, CKPT_EINVALID, ov, "'%s': storage offset %" PRId64 " is negative", fqn,
+                       off);
+        if (len < 0)
+            return bad(X, CKPT_EINVALID, lv, "'%s': storage length %" PRId64 " is negative", fqn,
+                       len);
+        if (len > INT64_MAX - off)
+            return bad(X, CKPT_EINVALID, lv,
+                       "'%s': offset %" PRId64 " + length %" PRId64 " overflows 64 bits", fqn, off,
+                       len);
+    }
     it->offset = (uint64_t)off;
     it->length = (uint64_t)len;
-    if ((rc = get_transforms(X, field(info, "transform_descriptors"), fqn, it)))
+    if (!fi && (rc = get_transforms(X, field(info, "transform_descriptors"), fqn, it)))
         return rc;
     c->nitems++;
     return 0;
@@ -945,6 +1059,8 @@ static json_t *to_json(struct jctx *J, const struct pkl_value *v, int depth)
         r = o;
         break;
     }
+    case PKL_FOLDED: /* dcp_parse reads the file again without folding */
+        return jfail(J, CKPT_ETYPE, "holds a folded DCP record", v);
     default: {
         char buf[512];
         repr_for_json(v, buf, sizeof(buf), 8, 64);
@@ -1055,18 +1171,14 @@ static int walk(struct ex *X, const struct pkl_value *root)
     return walk_planner_data(X, field(root, "planner_data"));
 }
 
-int dcp_parse(const void *buf, size_t len, const struct dcp_options *opt, struct ckpt **out,
-              struct ckpt_err *err)
+/* One parse and extraction, with the parser folding DCP records or not. */
+static int parse_once(const void *buf, size_t len, const struct dcp_options *opt, int fold,
+                      struct ckpt **out, struct ckpt_err *err)
 {
-    struct dcp_options defaults;
-    if (!opt) {
-        dcp_options_default(&defaults);
-        opt = &defaults;
-    }
-    *out = NULL;
-    ckpt_err_clear(err);
+    struct pkl_options popt = opt->pkl;
+    popt.fold = fold;
     struct pkl_doc *doc;
-    int rc = pkl_parse(buf, len, &opt->pkl, &doc, err);
+    int rc = pkl_parse(buf, len, &popt, &doc, err);
     if (rc)
         return rc;
     struct ex X;
@@ -1108,6 +1220,7 @@ done:
     strmap_free(&X.files);
     strmap_free(&X.fqns);
     strmap_free(&X.chunks);
+    strmap_free(&X.tchunks);
     free(X.chunk_tensor);
     free(X.chunk_index);
     vc_free(&X.strs);
@@ -1121,4 +1234,27 @@ done:
     }
     *out = X.c;
     return 0;
+}
+
+int dcp_parse(const void *buf, size_t len, const struct dcp_options *opt, struct ckpt **out,
+              struct ckpt_err *err)
+{
+    struct dcp_options defaults;
+    if (!opt) {
+        dcp_options_default(&defaults);
+        opt = &defaults;
+    }
+    *out = NULL;
+    ckpt_err_clear(err);
+    if (opt->pkl.fold) {
+        /* folded records are exactly what the extraction would take from
+         * the objects; anything unusual fails here and is read again
+         * without folding, which gives the error (or the model) with the
+         * plain values' positions */
+        int rc = parse_once(buf, len, opt, 1, out, err);
+        if (rc == 0 || opt->no_refold)
+            return rc;
+        ckpt_err_clear(err);
+    }
+    return parse_once(buf, len, opt, 0, out, err);
 }

@@ -32,6 +32,14 @@
  * for the same (fqn, chunk offset) (Python would keep the last silently;
  * we refuse). Wrong value types give CKPT_ETYPE; a root that is not a DCP
  * Metadata gives CKPT_EFORMAT; GLOBALs off the allow-list give CKPT_EGLOBAL.
+ *
+ * Fast path: by default the pickle is read with pkl_options.fold, so the
+ * millions of ChunkStorageMetadata / MetadataIndex / _StorageInfo objects
+ * of a many-rank save arrive as compact folded records (pickle.h) rather
+ * than ~30 values each. If that parse or the extraction fails for any
+ * reason, the file is parsed again without folding, so errors (and their
+ * byte positions) are the plain path's. The model is the same either way;
+ * an item's fqn then shares the state_dict entry's string.
  */
 #ifndef CKPTFS_DCP_H
 #define CKPTFS_DCP_H
@@ -42,8 +50,11 @@
 #include "pickle.h"
 
 struct dcp_options {
-    struct pkl_options pkl; /* limits; filter defaults to dcp_global_allowed */
+    struct pkl_options pkl; /* limits; filter defaults to dcp_global_allowed,
+                             * fold to 1 (see "Fast path" above) */
     size_t max_memory;      /* bytes for the resulting model (default 4 GiB) */
+    int no_refold;          /* tests: with pkl.fold, return the folded parse's
+                             * own result, not a second, plain parse's */
 };
 
 void dcp_options_default(struct dcp_options *o);

@@ -172,9 +172,9 @@ const char *pkl_opcode_name(unsigned op)
 
 const char *pkl_type_name(int type)
 {
-    static const char *const names[] = {"?",     "None", "bool",      "int",    "int",
-                                        "float", "str",  "bytes",     "tuple",  "list",
-                                        "dict",  "set",  "frozenset", "global", "object"};
+    static const char *const names[] = {"?",         "None",   "bool",   "int",   "int",  "float",
+                                        "str",       "bytes",  "tuple",  "list",  "dict", "set",
+                                        "frozenset", "global", "object", "folded"};
     if (type < 0 || (size_t)type >= sizeof(names) / sizeof(names[0]))
         return "?";
     return names[type];
@@ -220,6 +220,16 @@ struct parser {
     size_t memo_cap;
     struct strmap globals; /* "module\nname" -> index in doc globals */
     size_t globals_cap;
+
+    /* fold mode (opt->fold and a successful prescan): the memo keeps values
+     * only for the slots some BINGET reads; memo/memo_cap are unused */
+    int fold;
+    uint64_t *ref;             /* bit i: memo slot i is read by a BINGET/LONG_BINGET */
+    uint32_t *ref_rank;        /* referenced slots in the words before word w */
+    size_t ref_words;          /* words of ref */
+    struct pkl_value **refval; /* values of referenced slots, by rank */
+    uint64_t *set;             /* bit i: memo slot i was stored */
+    size_t set_words;
 
     struct pkl_value *none, *vtrue, *vfalse;
 };
@@ -654,6 +664,55 @@ static int read_line(struct parser *P, const char **s, size_t *n)
 
 /* ---- memo ------------------------------------------------------------- */
 
+/* Fold mode's memo: a bitmap of stored slots, and values for the slots the
+ * prescan saw read (ref), so a 20M-slot memo costs bits, not pointers. */
+/* Bits set in x (no popcnt instruction assumed). */
+static unsigned popcount64(uint64_t x)
+{
+    x = x - ((x >> 1) & 0x5555555555555555ull);
+    x = (x & 0x3333333333333333ull) + ((x >> 2) & 0x3333333333333333ull);
+    x = (x + (x >> 4)) & 0x0f0f0f0f0f0f0f0full;
+    return (unsigned)((x * 0x0101010101010101ull) >> 56);
+}
+
+static int ref_has(const struct parser *P, uint64_t idx)
+{
+    return idx >> 6 < P->ref_words && (P->ref[idx >> 6] >> (idx & 63) & 1);
+}
+
+static size_t ref_slot(const struct parser *P, uint64_t idx)
+{
+    uint64_t below = P->ref[idx >> 6] & (((uint64_t)1 << (idx & 63)) - 1);
+    return P->ref_rank[idx >> 6] + (size_t)popcount64(below);
+}
+
+static int set_has(const struct parser *P, uint64_t idx)
+{
+    return idx >> 6 < P->set_words && (P->set[idx >> 6] >> (idx & 63) & 1);
+}
+
+/* Mark slot idx stored; 1 if it was not before, 0 if it was, or -ENOMEM. */
+static int set_add(struct parser *P, uint64_t idx)
+{
+    size_t w = (size_t)(idx >> 6);
+    if (w >= P->set_words) {
+        size_t n = P->set_words ? P->set_words : 64;
+        while (n <= w)
+            n *= 2;
+        uint64_t *s = realloc(P->set, n * sizeof(*s));
+        if (!s)
+            return -ENOMEM;
+        memset(s + P->set_words, 0, (n - P->set_words) * sizeof(*s));
+        P->set = s;
+        P->set_words = n;
+    }
+    uint64_t bit = (uint64_t)1 << (idx & 63);
+    if (P->set[w] & bit)
+        return 0;
+    P->set[w] |= bit;
+    return 1;
+}
+
 static int memo_put(struct parser *P, uint64_t idx)
 {
     int rc = have(P, 1);
@@ -665,6 +724,17 @@ static int memo_put(struct parser *P, uint64_t idx)
     if (idx > (uint64_t)P->memo_len + 65536)
         return fail(P, CKPT_EMEMO, "memo index %" PRIu64 " is far beyond the %zu used so far", idx,
                     P->memo_len);
+    if (P->fold) {
+        int added = set_add(P, idx);
+        if (added < 0)
+            return oom(P);
+        P->memo_count += (size_t)added;
+        if (ref_has(P, idx))
+            P->refval[ref_slot(P, idx)] = P->stack[P->sp - 1];
+        if (idx >= P->memo_len)
+            P->memo_len = (size_t)idx + 1;
+        return 0;
+    }
     if (idx >= P->memo_cap) {
         size_t ncap = P->memo_cap ? P->memo_cap : 64;
         while (ncap <= idx)
@@ -688,11 +758,188 @@ static int memo_put(struct parser *P, uint64_t idx)
     return 0;
 }
 
+/* The value in memo slot idx, or NULL if it was never stored. */
+static struct pkl_value *memo_at(const struct parser *P, uint64_t idx)
+{
+    if (idx >= P->memo_len)
+        return NULL;
+    if (!P->fold)
+        return P->memo[idx];
+    /* a slot stored but not seen read by the prescan cannot be read */
+    return set_has(P, idx) && ref_has(P, idx) ? P->refval[ref_slot(P, idx)] : NULL;
+}
+
 static int memo_get(struct parser *P, uint64_t idx)
 {
-    if (idx >= P->memo_len || !P->memo[idx])
+    struct pkl_value *v = memo_at(P, idx);
+    if (!v)
         return fail(P, CKPT_EMEMO, "memo slot %" PRIu64 " was never stored", idx);
-    return push(P, P->memo[idx]);
+    return push(P, v);
+}
+
+/* Fold mode's first pass: which memo slots does some BINGET/LONG_BINGET
+ * read? Decodes every opcode's argument length up to STOP without building
+ * anything. Returns 0 (P->ref filled), -1 if the input holds something it
+ * does not decode (the parse then runs without folding and reports it), or
+ * -ENOMEM. Reads of slots that cannot have been stored yet (beyond what
+ * the stores so far can reach) are not recorded: the parse refuses them. */
+static int prescan(struct parser *P)
+{
+    const uint8_t *in = P->in;
+    size_t len = P->len, pos = 0;
+    uint64_t reach = 0; /* highest memo index the stores so far can reach, + 1 */
+    size_t words = 0;
+    uint64_t *ref = NULL;
+    int rc = -1;
+    while (pos < len) {
+        unsigned op = in[pos++];
+        uint64_t arg = 0, get = UINT64_MAX;
+        size_t left = len - pos;
+        switch (op) {
+        case OP_STOP:
+            rc = 0;
+            goto done;
+        case OP_PROTO:
+        case OP_BININT1:
+            arg = 1;
+            break;
+        case OP_BINPUT:
+        case OP_LONG_BINPUT:
+        case OP_MEMOIZE:
+            reach += 65537;
+            arg = op == OP_BINPUT ? 1 : op == OP_LONG_BINPUT ? 4 : 0;
+            break;
+        case OP_BINGET:
+            if (left < 1)
+                goto done;
+            get = in[pos];
+            arg = 1;
+            break;
+        case OP_LONG_BINGET:
+            if (left < 4)
+                goto done;
+            get = rd_le(in + pos, 4);
+            arg = 4;
+            break;
+        case OP_BININT2:
+            arg = 2;
+            break;
+        case OP_BININT:
+            arg = 4;
+            break;
+        case OP_FRAME:
+        case OP_BINFLOAT:
+            arg = 8;
+            break;
+        case OP_LONG1:
+        case OP_SHORT_BINUNICODE:
+        case OP_SHORT_BINBYTES:
+            if (left < 1)
+                goto done;
+            arg = 1 + (uint64_t)in[pos];
+            break;
+        case OP_LONG4:
+        case OP_BINUNICODE:
+        case OP_BINBYTES:
+            if (left < 4)
+                goto done;
+            arg = rd_le(in + pos, 4);
+            if (op == OP_LONG4 && (arg & 0x80000000u))
+                goto done;
+            arg += 4;
+            break;
+        case OP_BINUNICODE8:
+        case OP_BINBYTES8:
+        case OP_BYTEARRAY8:
+            if (left < 8)
+                goto done;
+            arg = rd_le(in + pos, 8);
+            if (arg > left - 8)
+                goto done;
+            arg += 8;
+            break;
+        case OP_GLOBAL:
+            for (int line = 0; line < 2; line++) {
+                const uint8_t *nl = memchr(in + pos + arg, '\n', left - (size_t)arg);
+                if (!nl)
+                    goto done;
+                arg = (uint64_t)(nl - (in + pos)) + 1;
+            }
+            break;
+        case OP_MARK:
+        case OP_POP:
+        case OP_POP_MARK:
+        case OP_DUP:
+        case OP_NONE:
+        case OP_NEWTRUE:
+        case OP_NEWFALSE:
+        case OP_EMPTY_LIST:
+        case OP_EMPTY_DICT:
+        case OP_EMPTY_TUPLE:
+        case OP_EMPTY_SET:
+        case OP_TUPLE:
+        case OP_TUPLE1:
+        case OP_TUPLE2:
+        case OP_TUPLE3:
+        case OP_LIST:
+        case OP_DICT:
+        case OP_FROZENSET:
+        case OP_APPEND:
+        case OP_APPENDS:
+        case OP_SETITEM:
+        case OP_SETITEMS:
+        case OP_ADDITEMS:
+        case OP_STACK_GLOBAL:
+        case OP_REDUCE:
+        case OP_NEWOBJ:
+        case OP_NEWOBJ_EX:
+        case OP_BUILD:
+            break;
+        default:
+            goto done;
+        }
+        if (arg > left)
+            goto done;
+        pos += (size_t)arg;
+        if (get == UINT64_MAX || get >= reach || get >= P->lim->max_memo)
+            continue;
+        size_t w = (size_t)(get >> 6);
+        if (w >= words) {
+            size_t n = words ? words : 64;
+            while (n <= w)
+                n *= 2;
+            if (P->lim->max_memory && n * sizeof(*ref) > P->lim->max_memory / 4)
+                goto done;
+            uint64_t *r = realloc(ref, n * sizeof(*r));
+            if (!r) {
+                rc = -ENOMEM;
+                goto done;
+            }
+            memset(r + words, 0, (n - words) * sizeof(*r));
+            ref = r;
+            words = n;
+        }
+        ref[w] |= (uint64_t)1 << (get & 63);
+    }
+done:
+    if (rc) {
+        free(ref);
+        return rc;
+    }
+    P->ref = ref;
+    P->ref_words = words;
+    P->ref_rank = malloc((words + 1) * sizeof(*P->ref_rank));
+    if (!P->ref_rank)
+        return -ENOMEM;
+    size_t n = 0;
+    for (size_t w = 0; w < words; w++) {
+        P->ref_rank[w] = (uint32_t)n;
+        n += (size_t)popcount64(ref[w]);
+    }
+    if (n >= UINT32_MAX)
+        return -1;
+    P->refval = calloc(n + 1, sizeof(*P->refval));
+    return P->refval ? 0 : -ENOMEM;
 }
 
 /* ---- objects ---------------------------------------------------------- */
@@ -721,6 +968,382 @@ static int need_type(struct parser *P, const struct pkl_value *v, int type, cons
         return fail(P, CKPT_ETYPE, "%s must be of type %s, got %s (created at byte %" PRIu64 ")",
                     role, pkl_type_name(type), pkl_type_name(v->type), v->pos);
     return 0;
+}
+
+/* ---- folding (fold mode) ------------------------------------------------ */
+
+/* One attempt to read a DCP record at the current BINGET (see PKL_FOLDED in
+ * pickle.h). The grammar, in opcodes, with [memo] an optional MEMOIZE,
+ * BINPUT or LONG_BINPUT into a slot nothing reads and nothing stored yet:
+ *   record := BINGET(class) EMPTY_TUPLE NEWOBJ [memo] EMPTY_DICT [memo]
+ *             (MARK (key value)+ SETITEMS | key value SETITEM) BUILD
+ *   key    := str, one of the class's field names, each at most once
+ *   str    := (SHORT_BINUNICODE | BINUNICODE | BINUNICODE8) [memo] | BINGET(a str)
+ *   int    := BININT1 | BININT2 | BININT | LONG1 of at most 8 bytes
+ *   size   := BINGET(torch.Size) ints [memo] TUPLE1 [memo] REDUCE [memo]
+ *   ints   := EMPTY_TUPLE | int{1,3} TUPLE1..3 | MARK int{0,64} TUPLE
+ * Every check the plain parse would make on these opcodes is made here or
+ * cannot fail (strs are valid UTF-8, marks and stack stay in their limits),
+ * and nvalues grows by the values the plain parse would have made, so a
+ * folded record stands for exactly the object the plain parse builds. On
+ * any mismatch nothing is changed and the plain parse reads the opcodes. */
+#define FM_MAX_STORES 32
+#define FM_STACK 160 /* stack the plain parse could use inside one record */
+
+struct fm {
+    struct parser *P;
+    size_t q; /* next byte */
+    size_t memo_count, memo_len;
+    uint64_t stores[FM_MAX_STORES];
+    size_t nstores;
+    size_t nvalues;
+    uint64_t ops[4];
+};
+
+/* The next opcode, consumed, or -1 at the end of the input. */
+static int fm_op(struct fm *F)
+{
+    if (F->q >= F->P->len)
+        return -1;
+    unsigned op = F->P->in[F->q++];
+    F->ops[op >> 6] |= (uint64_t)1 << (op & 63);
+    return (int)op;
+}
+
+/* Consume opcode op if it is next: 1, else 0. */
+static int fm_take(struct fm *F, unsigned op)
+{
+    if (F->q >= F->P->len || F->P->in[F->q] != op)
+        return 0;
+    return fm_op(F) >= 0;
+}
+
+static const uint8_t *fm_bytes(struct fm *F, uint64_t n)
+{
+    if (n > F->P->len - F->q)
+        return NULL;
+    const uint8_t *p = F->P->in + F->q;
+    F->q += (size_t)n;
+    return p;
+}
+
+/* An optional memo store into a slot nothing reads. 0, or -1: no fold. */
+static int fm_memo(struct fm *F)
+{
+    struct parser *P = F->P;
+    const uint8_t *b;
+    uint64_t idx;
+    if (F->q >= P->len)
+        return 0;
+    switch (P->in[F->q]) {
+    case OP_MEMOIZE:
+        fm_op(F);
+        idx = F->memo_count;
+        break;
+    case OP_BINPUT:
+        fm_op(F);
+        if (!(b = fm_bytes(F, 1)))
+            return -1;
+        idx = b[0];
+        break;
+    case OP_LONG_BINPUT:
+        fm_op(F);
+        if (!(b = fm_bytes(F, 4)))
+            return -1;
+        idx = rd_le(b, 4);
+        break;
+    default:
+        return 0;
+    }
+    if (idx >= P->lim->max_memo || idx > (uint64_t)F->memo_len + 65536 || ref_has(P, idx) ||
+        set_has(P, idx) || F->nstores == FM_MAX_STORES)
+        return -1;
+    for (size_t i = 0; i < F->nstores; i++)
+        if (F->stores[i] == idx)
+            return -1;
+    F->stores[F->nstores++] = idx;
+    F->memo_count++;
+    if (idx >= F->memo_len)
+        F->memo_len = (size_t)idx + 1;
+    return 0;
+}
+
+/* BINGET / LONG_BINGET of a stored slot: its value, or NULL (no fold). */
+static const struct pkl_value *fm_get(struct fm *F)
+{
+    const uint8_t *b;
+    if (fm_take(F, OP_BINGET))
+        return (b = fm_bytes(F, 1)) ? memo_at(F->P, b[0]) : NULL;
+    if (fm_take(F, OP_LONG_BINGET))
+        return (b = fm_bytes(F, 4)) ? memo_at(F->P, rd_le(b, 4)) : NULL;
+    return NULL;
+}
+
+static int fm_is_int(struct fm *F)
+{
+    if (F->q >= F->P->len)
+        return 0;
+    uint8_t op = F->P->in[F->q];
+    return op == OP_BININT1 || op == OP_BININT2 || op == OP_BININT || op == OP_LONG1;
+}
+
+static int fm_int(struct fm *F, int64_t *out)
+{
+    const uint8_t *b;
+    switch (fm_op(F)) {
+    case OP_BININT1:
+        if (!(b = fm_bytes(F, 1)))
+            return -1;
+        *out = b[0];
+        break;
+    case OP_BININT2:
+        if (!(b = fm_bytes(F, 2)))
+            return -1;
+        *out = (int64_t)rd_le(b, 2);
+        break;
+    case OP_BININT:
+        if (!(b = fm_bytes(F, 4)))
+            return -1;
+        *out = (int64_t)(int32_t)(uint32_t)rd_le(b, 4);
+        break;
+    case OP_LONG1: {
+        if (!(b = fm_bytes(F, 1)))
+            return -1;
+        unsigned n = b[0];
+        if (n > 8 || n > F->P->lim->max_long_bytes || !(b = fm_bytes(F, n)))
+            return -1;
+        /* as push_long: little-endian two's complement, sign-extended */
+        uint64_t u = n && (b[n - 1] & 0x80) ? UINT64_MAX : 0;
+        for (unsigned i = 0; i < n; i++) {
+            u &= ~((uint64_t)0xff << (8 * i));
+            u |= (uint64_t)b[i] << (8 * i);
+        }
+        *out = (int64_t)u;
+        break;
+    }
+    default:
+        return -1;
+    }
+    F->nvalues++;
+    return 0;
+}
+
+/* A str: *s points into the input (*fresh = 1: a new str) or into the
+ * arena (a memoized str, read back). */
+static int fm_str(struct fm *F, const char **s, size_t *n, int *fresh)
+{
+    const uint8_t *b;
+    uint64_t len;
+    if (F->q >= F->P->len)
+        return -1;
+    switch (F->P->in[F->q]) {
+    case OP_SHORT_BINUNICODE:
+        fm_op(F);
+        if (!(b = fm_bytes(F, 1)))
+            return -1;
+        len = b[0];
+        break;
+    case OP_BINUNICODE:
+        fm_op(F);
+        if (!(b = fm_bytes(F, 4)))
+            return -1;
+        len = rd_le(b, 4);
+        break;
+    case OP_BINUNICODE8:
+        fm_op(F);
+        if (!(b = fm_bytes(F, 8)))
+            return -1;
+        len = rd_le(b, 8);
+        break;
+    default: {
+        const struct pkl_value *v = fm_get(F);
+        if (!v || v->type != PKL_STR)
+            return -1;
+        *s = v->u.str.s;
+        *n = v->u.str.len;
+        *fresh = 0;
+        return 0;
+    }
+    }
+    if (!(b = fm_bytes(F, len)) || utf8_bad(b, (size_t)len) != SIZE_MAX)
+        return -1;
+    *s = (const char *)b;
+    *n = (size_t)len;
+    *fresh = 1;
+    F->nvalues++;
+    return fm_memo(F);
+}
+
+/* torch.Size(tuple of ints) into a[64]. */
+static int fm_size(struct fm *F, int64_t *a, uint32_t *n)
+{
+    const struct pkl_value *g = fm_get(F);
+    if (!pkl_is_global(g, "torch", "Size"))
+        return -1;
+    uint32_t k = 0;
+    if (fm_take(F, OP_EMPTY_TUPLE)) {
+        k = 0;
+    } else if (fm_take(F, OP_MARK)) { /* try_fold left room for this mark */
+        while (fm_is_int(F))
+            if (k == 64 || fm_int(F, &a[k++]))
+                return -1;
+        if (!fm_take(F, OP_TUPLE))
+            return -1;
+    } else {
+        while (k < 3 && fm_is_int(F))
+            if (fm_int(F, &a[k++]))
+                return -1;
+        if (!k || !fm_take(F, (unsigned)(OP_TUPLE1 + k - 1)))
+            return -1;
+    }
+    F->nvalues++; /* the tuple */
+    if (fm_memo(F) || !fm_take(F, OP_TUPLE1))
+        return -1;
+    F->nvalues++;
+    if (fm_memo(F) || !fm_take(F, OP_REDUCE))
+        return -1;
+    F->nvalues++;
+    *n = k;
+    return fm_memo(F);
+}
+
+static const char *const fm_class[] = {NULL, "ChunkStorageMetadata", "MetadataIndex",
+                                       "_StorageInfo"};
+static const char *const fm_fields[][4] = {{NULL},
+                                           {"offsets", "sizes", NULL},
+                                           {"fqn", "index", "offset", NULL},
+                                           {"relative_path", "offset", "length", NULL}};
+
+/* Kind of record a BINGET of g may start (PKL_FOLD_*), or 0. */
+static int fm_kind(const struct pkl_value *g)
+{
+    if (!g || g->type != PKL_GLOBAL ||
+        strncmp(g->u.global.module, "torch.distributed.", strlen("torch.distributed.")) != 0)
+        return 0;
+    for (int k = 1; k <= 3; k++)
+        if (strcmp(g->u.global.name, fm_class[k]) == 0)
+            return k;
+    return 0;
+}
+
+/* key value: one field of a record of kind k into *f; seen: fields so far. */
+static int fm_field(struct fm *F, int k, struct pkl_fold *f, unsigned *seen, int64_t a[2][64],
+                    const char **str, int *fresh)
+{
+    const char *key;
+    size_t klen;
+    int kfresh;
+    if (fm_str(F, &key, &klen, &kfresh))
+        return -1;
+    int i = 0;
+    for (; fm_fields[k][i]; i++)
+        if (strlen(fm_fields[k][i]) == klen && memcmp(fm_fields[k][i], key, klen) == 0)
+            break;
+    if (!fm_fields[k][i] || (*seen & (1u << i)))
+        return -1;
+    *seen |= 1u << i;
+    if (k == PKL_FOLD_CHUNK)
+        return fm_size(F, a[i], i == 0 ? &f->noffs : &f->nsizes);
+    if (k == PKL_FOLD_INDEX) {
+        if (i == 0)
+            return fm_str(F, str, &f->len, fresh);
+        if (fm_take(F, OP_NONE))
+            return 0;
+        if (i == 1) {
+            f->has_index = 1;
+            return fm_int(F, &f->index);
+        }
+        return fm_size(F, a[0], &f->noffs);
+    }
+    if (i == 0)
+        return fm_str(F, str, &f->len, fresh);
+    return fm_int(F, i == 1 ? &f->off : &f->size);
+}
+
+/* Try to fold the record starting at the BINGET at P->oppos: 1 if folded
+ * (pushed, P->pos past it), 0 if not (nothing changed), or an error code. */
+static int try_fold(struct parser *P)
+{
+    /* room for the stack and the two marks the plain parse could use */
+    if (P->sp + FM_STACK > P->lim->max_stack || P->nmarks + 2 > P->lim->max_marks)
+        return 0;
+    struct fm F = {.P = P, .q = P->oppos, .memo_count = P->memo_count, .memo_len = P->memo_len};
+    const struct pkl_value *cls = fm_get(&F);
+    int k = fm_kind(cls);
+    if (!k || !fm_take(&F, OP_EMPTY_TUPLE))
+        return 0;
+    struct pkl_fold f = {.kind = k, .cls = cls, .noffs = PKL_FOLD_NOSHAPE};
+    int64_t a[2][64];
+    const char *str = NULL;
+    int fresh = 0;
+    unsigned seen = 0;
+    F.nvalues = 1; /* the empty tuple */
+    if (!fm_take(&F, OP_NEWOBJ))
+        return 0;
+    F.nvalues++;
+    if (fm_memo(&F) || !fm_take(&F, OP_EMPTY_DICT))
+        return 0;
+    F.nvalues++;
+    if (fm_memo(&F))
+        return 0;
+    if (fm_take(&F, OP_MARK)) {
+        do {
+            if (fm_field(&F, k, &f, &seen, a, &str, &fresh))
+                return 0;
+        } while (!fm_take(&F, OP_SETITEMS));
+    } else if (fm_field(&F, k, &f, &seen, a, &str, &fresh) || !fm_take(&F, OP_SETITEM)) {
+        return 0;
+    }
+    if (!fm_take(&F, OP_BUILD))
+        return 0;
+    unsigned need = k == PKL_FOLD_CHUNK ? 3 : k == PKL_FOLD_INDEX ? 1 : 7;
+    if ((seen & need) != need)
+        return 0;
+
+    /* commit: the value, its arrays and string in the document's arena */
+    struct arena *A = &P->doc->arena;
+    struct pkl_value *v = arena_alloc(A, sizeof(*v));
+    struct pkl_fold *fp = arena_alloc(A, sizeof(*fp));
+    if (!v || !fp)
+        return oom(P);
+    *fp = f;
+    if (k != PKL_FOLD_STORAGE && f.noffs != PKL_FOLD_NOSHAPE) {
+        uint32_t na = f.noffs;
+        int64_t *o = arena_alloc(A, (na ? na : 1) * sizeof(int64_t));
+        if (!o)
+            return oom(P);
+        memcpy(o, a[0], na * sizeof(int64_t));
+        fp->offs = o;
+    }
+    if (k == PKL_FOLD_CHUNK) {
+        int64_t *z = arena_alloc(A, (f.nsizes ? f.nsizes : 1) * sizeof(int64_t));
+        if (!z)
+            return oom(P);
+        memcpy(z, a[1], f.nsizes * sizeof(int64_t));
+        fp->sizes = z;
+    }
+    /* a str read from the memo is in the arena already; a new one is copied */
+    fp->str = str && fresh ? arena_strndup(A, str, fp->len) : str;
+    if (str && !fp->str)
+        return oom(P);
+    for (size_t i = 0; i < F.nstores; i++) {
+        int added = set_add(P, F.stores[i]);
+        if (added < 0)
+            return oom(P);
+        P->memo_count += (size_t)added;
+    }
+    P->memo_len = F.memo_len;
+    for (int i = 0; i < 4; i++)
+        P->doc->opcodes[i] |= F.ops[i];
+    P->doc->nvalues += F.nvalues;
+    P->doc->nfolded++;
+    memset(v, 0, sizeof(*v));
+    v->type = PKL_FOLDED;
+    v->pos = P->oppos;
+    v->u.fold = fp;
+    P->pos = F.q;
+    int rc = push(P, v);
+    return rc ? rc : 1;
 }
 
 /* ---- main loop -------------------------------------------------------- */
@@ -1067,6 +1690,10 @@ static void parser_release(struct parser *P)
     free(P->stack);
     free(P->marks);
     free(P->memo);
+    free(P->ref);
+    free(P->ref_rank);
+    free(P->refval);
+    free(P->set);
     strmap_free(&P->globals);
 }
 
@@ -1120,6 +1747,15 @@ int pkl_parse(const void *buf, size_t len, const struct pkl_options *opt, struct
         goto out;
     }
 
+    if (opt->fold) {
+        int pre = prescan(&P);
+        if (pre == -ENOMEM) {
+            oom(&P);
+            goto out;
+        }
+        P.fold = pre == 0;
+    }
+
     if (P.in[0] != OP_PROTO && opt->lim.min_protocol >= 2) {
         P.oppos = 0;
         P.op = P.in[0];
@@ -1153,6 +1789,13 @@ int pkl_parse(const void *buf, size_t len, const struct pkl_options *opt, struct
                 goto out;
             }
             break;
+        }
+        if (P.fold && (P.op == OP_BINGET || P.op == OP_LONG_BINGET)) {
+            int folded = try_fold(&P);
+            if (folded < 0)
+                goto out;
+            if (folded)
+                continue;
         }
         if (step(&P))
             goto out;
@@ -1383,6 +2026,9 @@ void pkl_repr(const struct pkl_value *root, char *buf, size_t buflen, size_t max
             PUSHV(ob->cls);
             break;
         }
+        case PKL_FOLDED:
+            out_fmt(&o, "<%s record>", v->u.fold->cls->u.global.name);
+            break;
         default:
             out_str(&o, "?", 1);
         }

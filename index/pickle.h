@@ -59,7 +59,8 @@ enum pkl_type {
     PKL_SET,
     PKL_FROZENSET,
     PKL_GLOBAL, /* GLOBAL / STACK_GLOBAL: u.global */
-    PKL_OBJECT  /* REDUCE / NEWOBJ / NEWOBJ_EX result: u.obj */
+    PKL_OBJECT, /* REDUCE / NEWOBJ / NEWOBJ_EX result: u.obj */
+    PKL_FOLDED  /* only with pkl_options.fold: a DCP record, u.fold (see below) */
 };
 
 #define PKL_F_BYTEARRAY 1
@@ -69,6 +70,34 @@ enum pkl_type {
 #define PKL_HOW_NEWOBJ_EX 3
 
 struct pkl_value;
+
+/* Fold mode (pkl_options.fold, for dcp.c): an object built exactly the way
+ * torch's pickler writes a DCP ChunkStorageMetadata, MetadataIndex or
+ * _StorageInfo (BINGET class, EMPTY_TUPLE, NEWOBJ, EMPTY_DICT, the known
+ * fields of the right types set by SETITEM(S), BUILD; sizes as
+ * REDUCE(torch.Size, (tuple of ints,))), whose memo slots no BINGET ever
+ * reads, is kept as one PKL_FOLDED value holding what dcp.c extracts from
+ * such an object, instead of ~15 values. Anything else stays a plain value.
+ * A folded record never changes: a later BUILD, APPEND or SETITEM on it is
+ * refused (CKPT_ETYPE) where the plain parse would change the object, so
+ * fold mode may refuse what the plain parse accepts (dcp.c then parses
+ * again without folding), never the other way round. */
+#define PKL_FOLD_CHUNK 1   /* ChunkStorageMetadata: offsets, sizes */
+#define PKL_FOLD_INDEX 2   /* MetadataIndex: fqn, index, offset */
+#define PKL_FOLD_STORAGE 3 /* _StorageInfo: relative_path, offset, length */
+#define PKL_FOLD_NOSHAPE UINT32_MAX
+
+struct pkl_fold {
+    int kind;                    /* PKL_FOLD_* */
+    const struct pkl_value *cls; /* the class (PKL_GLOBAL) */
+    uint32_t noffs, nsizes;      /* dims; INDEX noffs: PKL_FOLD_NOSHAPE if None/absent */
+    const int64_t *offs, *sizes; /* CHUNK offsets/sizes, INDEX offset */
+    const char *str;             /* INDEX fqn, STORAGE relative_path (valid UTF-8) */
+    size_t len;
+    int has_index;     /* INDEX: index is an int (else None/absent) */
+    int64_t index;     /* INDEX */
+    int64_t off, size; /* STORAGE offset, length */
+};
 
 struct pkl_object {
     struct pkl_value *cls;       /* PKL_GLOBAL */
@@ -100,6 +129,7 @@ struct pkl_value {
             const char *module, *name;
         } global;
         struct pkl_object *obj;
+        const struct pkl_fold *fold;
     } u;
 };
 
@@ -125,6 +155,10 @@ struct pkl_options {
     struct pkl_limits lim;
     pkl_global_filter filter; /* NULL = allow every GLOBAL (it is only data) */
     void *filter_arg;
+    int fold; /* fold DCP records (PKL_FOLDED; default 0). Needs a prescan of
+               * the input for BINGET targets; the memo then keeps only the
+               * slots read back, so it uses less memory than max_memory's
+               * accounting of the plain memo assumes */
 };
 
 /* Fill o with the defaults above and no filter. */
@@ -134,7 +168,9 @@ struct pkl_doc {
     struct pkl_value *root;
     int protocol;        /* PROTO argument, 0 if none */
     size_t end;          /* offset just past STOP */
-    size_t nvalues;      /* values allocated */
+    size_t nvalues;      /* values allocated (without folding: folded ones count
+                          * as the values they stand for) */
+    size_t nfolded;      /* PKL_FOLDED records */
     uint64_t opcodes[4]; /* bitset of opcode bytes seen */
     size_t nglobals;
     const char **global_module; /* distinct GLOBALs in first-use order */

@@ -59,6 +59,16 @@ int strmap_init(struct strmap *m, size_t n)
     return n ? strmap_grow(m, n) : 0;
 }
 
+int strmap_reset(struct strmap *m, size_t n)
+{
+    if (m->cap > 64 && m->cap / 8 > n)
+        strmap_free(m); /* clearing stays linear in n however large m was */
+    else if (m->cap)
+        memset(m->slots, 0, m->cap * sizeof(*m->slots));
+    m->n = 0;
+    return n ? strmap_grow(m, n) : 0;
+}
+
 int strmap_get(const struct strmap *m, const void *key, size_t len, uint32_t *val)
 {
     if (!m->cap)

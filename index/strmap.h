@@ -30,6 +30,9 @@ uint64_t strmap_hash(const void *key, size_t len);
 /* Reserve room for about n entries up front (optional). 0 or -ENOMEM. */
 int strmap_init(struct strmap *m, size_t n);
 
+/* Empty m, keeping (or growing) its table to hold about n entries. 0 or -ENOMEM. */
+int strmap_reset(struct strmap *m, size_t n);
+
 /* 0 and *val if present, else -1. */
 int strmap_get(const struct strmap *m, const void *key, size_t len, uint32_t *val);
 
