@@ -872,6 +872,34 @@ int core_readdir(struct core *core, const char *path, core_fill_fn fill, void *a
     return rc;
 }
 
+/* ckindex_known_fn over the metadata cache: what the mount knows of the
+ * file at store path spath without asking the store (an index build's file
+ * sizes): a fresh entry, one its directory's valid listing put, or a name
+ * absent from a whole listing. A file staged here is not known. */
+static int known_file(void *arg, const char *spath, uint64_t *size)
+{
+    struct core *core = arg;
+    struct store_stat staged;
+    if (core->stage && stage_stat(core->stage, spath, &staged))
+        return 1;
+    struct meta_entry e;
+    enum meta_state state = meta_get(core, spath, &e);
+    char dir[4096];
+    double stamp = 0;
+    int listed = state != META_FRESH && path_dir(spath, dir, sizeof dir) == 0
+                     ? listing_from_mark(core, dir, &stamp)
+                     : -1;
+    if (state == META_FRESH ||
+        (state == META_EXPIRED && listed >= 0 && e.listed > 0 && e.listed == stamp)) {
+        if (e.err == 0 && !e.st.is_dir) {
+            *size = e.st.size;
+            return 0;
+        }
+        return e.err == 0 || e.err == -ENOENT ? -ENOENT : 1; /* a directory is no file */
+    }
+    return state == META_ABSENT && listed == LISTED ? -ENOENT : 1;
+}
+
 /* Opening DIR/.metadata means DIR is a checkpoint: make sure it is indexed.
  * 1 if spath is a file of a checkpoint directory (its listing was kept). */
 static int notice_checkpoint(struct core *core, const char *spath, const struct store_stat *s)
@@ -1422,8 +1450,8 @@ int core_create(struct store *store, const struct core_config *cfg, struct core 
     }
     if (rc == 0 && cfg->cache_dir) {
         char err[512];
-        if (ckindex_open(cfg->cache_dir, store->description, store, core->wq, &core->index, err,
-                         sizeof err) < 0)
+        if (ckindex_open(cfg->cache_dir, store->description, store, core->wq, known_file, core,
+                         &core->index, err, sizeof err) < 0)
             log_warn("checkpoint index disabled: %s", err);
     }
     if (rc == 0 && cfg->cache_dir && cfg->writable && store->ops->put) {
