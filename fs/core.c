@@ -785,10 +785,19 @@ static enum listing_state list_dir(struct core *core, const char *dir, double *s
     }
     if (rc < 0)
         return NOT_LISTED; /* the lookup by name reports the store's trouble */
+    /* The rent a large directory's expired mark had carries over: what its
+     * lookups by name cost is spent (a GET on a busy store can outlast the
+     * 2 s a load keeps the mark, and the load goes on). */
+    char m[4100];
+    marker_of(dir, m, sizeof m);
+    struct meta_entry old;
+    uint64_t rent = meta_get(core, m, &old) != META_ABSENT && old.err == -E2BIG ? old.rent : 0;
     mark_listed(core, dir, l.cut ? -E2BIG : 0, l.stamp, newest, keys);
+    if (l.cut && rent)
+        pay_rent(core, dir, rent);
     if (l.cut)
-        log_debug("/%s is large (%llu keys in a page): lookups there ask by name", dir,
-                  (unsigned long long)keys);
+        log_debug("/%s is large (%llu keys in a page, rent %llu): lookups there ask by name", dir,
+                  (unsigned long long)keys, (unsigned long long)rent);
     return l.cut ? NOT_LISTED : LISTED;
 }
 

@@ -18,6 +18,7 @@ test_request_budget.
 
 import os
 import sys
+import time
 
 import pytest
 
@@ -55,10 +56,10 @@ def delta(a, b):
     return {k: b[k] - a[k] for k in a}
 
 
-def metadata_read(mounter, store, sim):
+def metadata_read(mounter, store, sim, attr="60"):
     """A fresh mount that has read ck/.metadata and indexed it (so the directory's size
     is known: the files its .metadata names)."""
-    m = mounter(store, "--attr-timeout", "60")
+    m = mounter(store, "--attr-timeout", attr)
     with open(m.p(f"{CKPT}/.metadata"), "rb") as f:
         assert f.read() == sim.metadata
     harness.wait_index(m, "ready", 1)
@@ -113,6 +114,32 @@ def test_opens_in_a_large_checkpoint_send_heads_until_a_listing_is_cheaper(mount
         assert missing == {"get": 0, "head": 0, "list": 0}, missing
     else:  # asked by name: a HEAD's 404 and the directory probe (a LIST page)
         assert missing == {"get": 0, "head": 1, "list": 1}, missing
+
+
+def test_the_rent_outlives_the_mark(mounter, big):
+    """A GET on a busy store can outlast the 2 s a load keeps a large directory's mark:
+    the next lookup lists the first page again, and the HEADs sent before still count
+    (16 mounts of a 1,024-rank load on 2 cores: one mount sent 255 HEADs, twice the
+    price, when they did not). The sleep only makes sure the mark expired (past
+    --attr-timeout 0.05 and the 2 s linger); nothing is asserted about time."""
+    store, sim = big
+    m = metadata_read(mounter, store, sim, attr="0.05")
+    names = last_files(sim, PRICE + 1)
+    half = PRICE // 2
+    before = requests(m)
+    for rel in names[:half]:
+        read(m, rel, sim)
+    assert delta(before, requests(m)) == {"get": half, "head": half, "list": 0}
+    time.sleep(2.5)
+    os.stat(m.p(CKPT))  # the path walk again (the root's page, ck by name): not ck's rent
+    mid = requests(m)
+    for rel in names[half:PRICE]:
+        read(m, rel, sim)
+    got = delta(mid, requests(m))
+    assert got == {"get": PRICE - half, "head": PRICE - half, "list": 1}, got  # 1: the first page
+    read(m, names[PRICE], sim)  # the rent is paid: a whole listing, no HEAD
+    got = delta(mid, requests(m))
+    assert got == {"get": PRICE - half + 1, "head": PRICE - half, "list": 1 + -(-KEYS // PAGE)}, got
 
 
 def test_a_missing_name_in_a_large_directory_is_a_cached_404(mounter, big):
