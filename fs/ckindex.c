@@ -35,7 +35,8 @@ enum dir_state { DIR_BUILDING, DIR_READY, DIR_FAILED };
 struct ckdir {
     struct ckdir *next;
     enum dir_state state;
-    uint64_t id; /* DIR_READY: the checkpoint's id in the index */
+    uint64_t id;     /* DIR_READY: the checkpoint's id in the index */
+    uint32_t nfiles; /* DIR_READY: the files its .metadata names */
     char fingerprint[IDXDB_FP_MAX];
     char dir[];
 };
@@ -45,6 +46,8 @@ struct ckindex {
     struct workq *wq;
     struct idxdb *db;
     char *store_url;
+    ckindex_known_fn known; /* the mount's sizes for builds, or NULL */
+    void *known_arg;
     atomic_int stopping;
     pthread_mutex_t lock;
     pthread_mutex_t store_lock;          /* one build stores and records at a time; before lock */
@@ -99,13 +102,14 @@ static char *key_of(const struct ckindex *ci, const char *dir)
 
 /* Record the outcome of a build for the version it was started for. */
 static void finish_build(struct ckindex *ci, const char *dir, const char *fp, enum dir_state state,
-                         uint64_t id, int reused)
+                         uint64_t id, uint32_t nfiles, int reused)
 {
     pthread_mutex_lock(&ci->lock);
     struct ckdir *d = dir_find_locked(ci, dir, strlen(dir));
     if (d && strcmp(d->fingerprint, fp) == 0) {
         d->state = state;
         d->id = id;
+        d->nfiles = nfiles;
         if (state == DIR_READY) {
             ci->st.ready++;
             if (reused)
@@ -132,13 +136,15 @@ static int store_if_current(struct ckindex *ci, const char *dir, const char *key
     pthread_mutex_unlock(&ci->lock);
     int rc = current ? idxdb_put(ci->db, key, fp, c, id, e) : -ECANCELED;
     if (rc == 0)
-        finish_build(ci, dir, fp, DIR_READY, *id, 0); /* before another build may store */
+        finish_build(ci, dir, fp, DIR_READY, *id, c->nfiles, 0); /* before another build stores */
     pthread_mutex_unlock(&ci->store_lock);
     return rc;
 }
 
-/* Reuse the stored index if its fingerprint matches: returns 1 and *id. */
-static int stored_index_matches(struct ckindex *ci, const char *key, const char *fp, uint64_t *id)
+/* Reuse the stored index if its fingerprint matches: returns 1, *id and
+ * *nfiles. */
+static int stored_index_matches(struct ckindex *ci, const char *key, const char *fp, uint64_t *id,
+                                uint32_t *nfiles)
 {
     struct idxdb_txn *t;
     struct ckpt_err e = {0};
@@ -147,8 +153,10 @@ static int stored_index_matches(struct ckindex *ci, const char *key, const char 
     struct idxdb_ckpt c;
     int match = idxdb_ckpt_get(t, key, &c) == 0 && c.fingerprint_len == strlen(fp) &&
                 memcmp(c.fingerprint, fp, c.fingerprint_len) == 0;
-    if (match)
+    if (match) {
         *id = c.id;
+        *nfiles = c.nfiles;
+    }
     idxdb_end(t);
     return match;
 }
@@ -170,18 +178,20 @@ static int rebuild_as(struct ckindex *ci, const char *dir, const char *from, con
 /* Parse dir's checkpoint with its .metadata pinned to the version noticed
  * (etag, size) and store it under key and fp: 0 and *id, -ESTALE if
  * .metadata is no longer that version, or another error (e says why). The
- * store sees one LIST (the shards' sizes) and one GET of .metadata. */
+ * store sees one GET of .metadata and nothing else: the files are the ones
+ * it names, their sizes what the mount knows (ci->known), no listing. */
 static int build_pinned(struct ckindex *ci, const char *dir, const char *key, const char *etag,
                         uint64_t size, const char *fp, uint64_t *id, struct ckpt_err *e)
 {
     char *mpath = ckpt_path_join(dir, ".metadata");
     if (!mpath)
         return -ENOMEM;
-    struct ckpt_io_pin pin = {ci->store, mpath, etag, size};
+    struct ckpt_io_pin pin = {ci->store, mpath, etag, size, ci->known, ci->known_arg};
     struct ckpt_io io;
     ckpt_io_from_store_pinned(&io, &pin);
     struct ckpt_load_options opt;
     ckpt_load_options_default(&opt);
+    opt.stat_files = CKPT_FILES_KNOWN;
     struct ckpt *c = NULL;
     /* A DCP checkpoint for sure (a .metadata was opened): no detection listing. */
     int rc = ckpt_load_file(&io, dir, ".metadata", &opt, &c, e);
@@ -224,15 +234,16 @@ static void build_job_run(void *arg)
     struct build_job *j = arg;
     struct ckindex *ci = j->ci;
     uint64_t id = 0;
+    uint32_t nfiles = 0;
     char *key = key_of(ci, j->dir);
     for (int tries = 1;; tries++) {
         if (atomic_load(&ci->stopping) || !key) {
-            finish_build(ci, j->dir, j->fingerprint, DIR_FAILED, 0, 0);
+            finish_build(ci, j->dir, j->fingerprint, DIR_FAILED, 0, 0, 0);
             break;
         }
-        if (stored_index_matches(ci, key, j->fingerprint, &id)) {
+        if (stored_index_matches(ci, key, j->fingerprint, &id, &nfiles)) {
             log_info("index: %s is up to date (reused)", key);
-            finish_build(ci, j->dir, j->fingerprint, DIR_READY, id, 1);
+            finish_build(ci, j->dir, j->fingerprint, DIR_READY, id, nfiles, 1);
             break;
         }
         struct ckpt_err e = {0};
@@ -270,7 +281,7 @@ static void build_job_run(void *arg)
         /* Once per .metadata version: the state stays FAILED until it changes. */
         log_warn("index: cannot index %s: %s; reads continue without the index", key,
                  e.msg[0] ? e.msg : ckpt_strerror(rc));
-        finish_build(ci, j->dir, j->fingerprint, DIR_FAILED, 0, 0);
+        finish_build(ci, j->dir, j->fingerprint, DIR_FAILED, 0, 0, 0);
         break;
     }
     free(key);
@@ -310,7 +321,7 @@ static struct build_job *notice_job(struct ckindex *ci, const char *dir,
 
     struct build_job *j = calloc(1, sizeof *j + len + 1);
     if (!j) {
-        finish_build(ci, dir, fp, DIR_FAILED, 0, 0);
+        finish_build(ci, dir, fp, DIR_FAILED, 0, 0, 0);
         return NULL;
     }
     j->ci = ci;
@@ -324,7 +335,7 @@ static struct build_job *notice_job(struct ckindex *ci, const char *dir,
 static void submit_job(struct ckindex *ci, struct build_job *j)
 {
     if (workq_submit(ci->wq, build_job_run, j) < 0) {
-        finish_build(ci, j->dir, j->fingerprint, DIR_FAILED, 0, 0);
+        finish_build(ci, j->dir, j->fingerprint, DIR_FAILED, 0, 0, 0);
         build_job_free(j);
     }
 }
@@ -458,6 +469,17 @@ int ckindex_is_checkpoint(struct ckindex *ci, const char *dir)
     return known;
 }
 
+int64_t ckindex_file_count(struct ckindex *ci, const char *dir)
+{
+    pthread_mutex_lock(&ci->lock);
+    const struct ckdir *d = dir_find_locked(ci, dir, strlen(dir));
+    int64_t n = -1;
+    if (d && d->state != DIR_FAILED)
+        n = d->state == DIR_BUILDING ? 0 : (int64_t)d->nfiles;
+    pthread_mutex_unlock(&ci->lock);
+    return n;
+}
+
 void ckindex_get_stats(struct ckindex *ci, struct ckindex_stats *out)
 {
     pthread_mutex_lock(&ci->lock);
@@ -466,7 +488,8 @@ void ckindex_get_stats(struct ckindex *ci, struct ckindex_stats *out)
 }
 
 int ckindex_open(const char *cache_dir, const char *store_url, struct store *store,
-                 struct workq *wq, struct ckindex **out, char *err, size_t errlen)
+                 struct workq *wq, ckindex_known_fn known, void *known_arg, struct ckindex **out,
+                 char *err, size_t errlen)
 {
     struct ckindex *ci = calloc(1, sizeof *ci);
     char *dir = ckpt_path_join(cache_dir, "index");
@@ -494,6 +517,8 @@ int ckindex_open(const char *cache_dir, const char *store_url, struct store *sto
     free(dir);
     ci->store = store;
     ci->wq = wq;
+    ci->known = known;
+    ci->known_arg = known_arg;
     pthread_mutex_init(&ci->lock, NULL);
     pthread_mutex_init(&ci->store_lock, NULL);
     *out = ci;

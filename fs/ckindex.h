@@ -35,11 +35,19 @@ struct ckindex_stats {
     uint64_t lookups; /* lookups in a ready index (item plans, siblings) */
 };
 
+/* What the mount knows of the file at store path without a request (its
+ * metadata cache): 0 and *size, -ENOENT (known absent), or 1 (unknown). */
+typedef int (*ckindex_known_fn)(void *arg, const char *path, uint64_t *size);
+
 /* Open (creating) the index under cache_dir/index. store_url names the
  * store in index keys ("s3://bucket/prefix" or an absolute directory), the
- * same keys ckptfs-admin uses. Builds run on wq. */
+ * same keys ckptfs-admin uses. Builds run on wq. A build takes the files
+ * from the .metadata and their sizes from known(known_arg, ...) (NULL:
+ * none): it never lists the directory, and a size known nowhere is
+ * recorded unknown (the mount reads by the sizes its lookups find). */
 int ckindex_open(const char *cache_dir, const char *store_url, struct store *store,
-                 struct workq *wq, struct ckindex **out, char *err, size_t errlen);
+                 struct workq *wq, ckindex_known_fn known, void *known_arg, struct ckindex **out,
+                 char *err, size_t errlen);
 
 /* Stop starting builds (queued ones return at once); call before draining
  * the work queue. */
@@ -92,6 +100,11 @@ int ckindex_building(struct ckindex *ci, const char *path);
 /* 1 if dir (store path) is a checkpoint directory this mount has noticed
  * (indexed, being indexed, or failed to index). */
 int ckindex_is_checkpoint(struct ckindex *ci, const char *dir);
+
+/* How many files the .metadata of checkpoint directory dir names: > 0 once
+ * its index is ready, 0 while it is being built, -1 if it will not be known
+ * (not a checkpoint noticed here, or its index failed). */
+int64_t ckindex_file_count(struct ckindex *ci, const char *dir);
 
 void ckindex_get_stats(struct ckindex *ci, struct ckindex_stats *out);
 

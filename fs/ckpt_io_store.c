@@ -3,9 +3,10 @@
  * (fs/store.h): how the mount builds checkpoint indexes from its store and
  * how ckptfs-admin reads s3:// checkpoints. stat -> ops->stat, read ->
  * ops->read (unpinned, or pinned to one ETag for one path), list ->
- * ops->list, fingerprint -> store_fingerprint (the object's ETag and size);
- * and the snapshot io, which answers for a checkpoint this mount just
- * published from what the mount already has.
+ * ops->list, fingerprint -> store_fingerprint (the object's ETag and size),
+ * known -> the mount's metadata cache (pinned io only); and the snapshot io,
+ * which answers for a checkpoint this mount just published from what the
+ * mount already has.
  */
 #include <assert.h>
 #include <errno.h>
@@ -93,6 +94,12 @@ static int pin_fingerprint(void *ctx, const char *path, char *buf, size_t len)
     return st_fingerprint(p->store, path, buf, len);
 }
 
+static int pin_known(void *ctx, const char *path, uint64_t *size)
+{
+    const struct ckpt_io_pin *p = ctx;
+    return p->known ? p->known(p->known_arg, path, size) : 1;
+}
+
 void ckpt_io_from_store_pinned(struct ckpt_io *io, const struct ckpt_io_pin *pin)
 {
     assert(pin && pin->store && pin->path && pin->etag);
@@ -101,6 +108,7 @@ void ckpt_io_from_store_pinned(struct ckpt_io *io, const struct ckpt_io_pin *pin
     io->read = pin_read;
     io->list = pin_list;
     io->fingerprint = pin_fingerprint;
+    io->known = pin_known;
 }
 
 void ckpt_io_from_store(struct ckpt_io *io, struct store *s)
@@ -110,6 +118,7 @@ void ckpt_io_from_store(struct ckpt_io *io, struct store *s)
     io->read = st_read;
     io->list = st_list;
     io->fingerprint = st_fingerprint;
+    io->known = NULL;
 }
 
 /* The snapshot io: ctx is a struct ckpt_io_snapshot. */
@@ -179,4 +188,5 @@ void ckpt_io_from_snapshot(struct ckpt_io *io, const struct ckpt_io_snapshot *sn
     io->read = snap_read;
     io->list = snap_list;
     io->fingerprint = snap_fingerprint;
+    io->known = NULL; /* its listing answers from memory (CKPT_FILES_LIST) */
 }

@@ -7,7 +7,7 @@
 #include "load.h"
 #include "store.h"
 
-/* Fill io so that it reads through s. The fingerprint of a file is
+/* Fill io so that it reads through s (io->known: none). The fingerprint of a file is
  * "etag=ETAG size=SIZE", the form the index keeps to detect changes. */
 void ckpt_io_from_store(struct ckpt_io *io, struct store *s);
 
@@ -19,12 +19,16 @@ struct ckpt_io_pin {
     const char *path; /* store path */
     const char *etag; /* "" pins nothing (a backend without etags) */
     uint64_t size;    /* pin->path's size in that version */
+    /* Optional: the io's known (load.h): what the mount knows of a file
+     * without a request (its metadata cache), with known_arg. */
+    int (*known)(void *known_arg, const char *path, uint64_t *size);
+    void *known_arg;
 };
 
 /* Fill io so that it reads through pin->store, with reads of pin->path
  * pinned to pin->etag and its stat answered from the pin (no request; a
- * read of another version fails -ESTALE). pin (and its strings) must
- * outlive io. */
+ * read of another version fails -ESTALE), and io->known from pin->known.
+ * pin (and its strings) must outlive io. */
 void ckpt_io_from_store_pinned(struct ckpt_io *io, const struct ckpt_io_pin *pin);
 
 /* A checkpoint directory as this mount just published it: the .metadata's

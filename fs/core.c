@@ -37,7 +37,13 @@
 /* st_blksize, which sizes readers' buffers (Python's): a buffered reader
  * reads this much wherever it reads, also past the last item it wants. */
 #define PREFERRED_IO_SIZE (128u << 10)
-#define LISTING_MAX 1000 /* lookups in larger directories ask the store by name */
+/* A lookup's first listing of a directory stops after this many keys (one
+ * S3 LIST page): a directory with as many is large, and lookups there ask
+ * the store by name until they have cost what listing it whole would
+ * (docs/design.md, "Request budget": ski rental). */
+#define LISTING_MAX 1000
+/* What a LIST page costs against a HEAD or a GET (S3 prices: ~10x). */
+#define LIST_PAGE_COST 10
 /* How long a save or a load keeps its directory's listing after its last
  * create or open there, and a directory found to exist is trusted, whatever
  * attr_timeout is (the gap between two files of a per-item save or load;
@@ -168,6 +174,7 @@ static void meta_put_listed(struct core *core, const char *path, int err,
     e->expires = mono_seconds() + life;
     e->listed = listed;
     e->kept_until = 0;
+    e->rent = 0;
     e->err = err;
     if (st)
         e->st = *st;
@@ -277,7 +284,8 @@ struct listing {
     const char *dir; /* store path of the directory */
     core_fill_fn fill;
     void *arg;
-    size_t count, limit; /* entries seen; stop after limit (0: no limit) */
+    size_t count, limit; /* entries seen; stop at limit (0: no limit) */
+    int cut;             /* limit stopped it: more may follow (a large directory) */
     double stamp;        /* mono time the listing began: its entries' and mark's */
     int dir_listed;      /* readdir: dir was listed for its subdirectories' times */
     char **staged;       /* readdir: the names the overlay reported, sorted */
@@ -323,8 +331,8 @@ static int newest_entry(void *arg, const char *rel, const struct store_stat *s)
     return ++n->keys >= STORE_DIR_TIME_KEYS;
 }
 
-static int listing_from_mark(struct core *core, const char *dir, double *stamp);
-static void marker_of(const char *dir, char *buf, size_t len);
+static int listing_from_mark(struct core *core, const char *dir, double *stamp,
+                             struct meta_entry *mark);
 
 /* The time of directory spath the metadata cache knows (its fresh entry's,
  * or the one its valid listing mark recorded), or 0. */
@@ -333,10 +341,8 @@ static int64_t known_dir_time(struct core *core, const char *spath)
     struct meta_entry e;
     if (meta_get(core, spath, &e) == META_FRESH && e.err == 0 && e.st.is_dir && e.st.mtime_ns)
         return e.st.mtime_ns;
-    char m[4100];
-    marker_of(spath, m, sizeof m);
     double stamp;
-    if (listing_from_mark(core, spath, &stamp) >= 0 && meta_get(core, m, &e) != META_ABSENT)
+    if (listing_from_mark(core, spath, &stamp, &e) >= 0)
         return e.st.mtime_ns;
     return 0;
 }
@@ -405,11 +411,9 @@ static void keep_opened_size(struct core *core, const char *spath, struct store_
         s->size = size;
 }
 
-static int listing_entry(void *arg, const char *name, const struct store_stat *s)
+/* One entry of a listing into the cache (and to fill). */
+static int listing_put(struct listing *l, const char *name, const struct store_stat *s)
 {
-    struct listing *l = arg;
-    if (l->limit && ++l->count > l->limit)
-        return 1; /* too large to keep whole: lookups will ask by name */
     if (reported_staged(l, name) ||
         (l->core->stage && stage_has_entry(l->core->stage, l->dir, name)))
         return 0; /* staged here: the overlay reported it (and knows better) */
@@ -425,10 +429,8 @@ static int listing_entry(void *arg, const char *name, const struct store_stat *s
         fill_dir_time(l->core, l->child, &stored, l->fill != NULL);
         meta_put_listed(l->core, l->child, 0, &stored, l->stamp);
     }
-    if (l->core->index && !s->is_dir && strcmp(name, ".metadata") == 0) {
+    if (l->core->index && !s->is_dir && strcmp(name, ".metadata") == 0)
         ckindex_notice(l->core->index, l->dir, s);
-        l->limit = 0; /* a checkpoint: its files are all opened, list it whole */
-    }
     if (!l->fill)
         return 0;
     struct stat st;
@@ -439,6 +441,17 @@ static int listing_entry(void *arg, const char *name, const struct store_stat *s
     return l->fill(l->arg, name, &st);
 }
 
+static int listing_entry(void *arg, const char *name, const struct store_stat *s)
+{
+    struct listing *l = arg;
+    int rc = listing_put(l, name, s);
+    if (rc == 0 && ++l->count >= l->limit && l->limit) {
+        l->cut = 1; /* a page's worth: large, looked up by name (no second page) */
+        return 1;
+    }
+    return rc;
+}
+
 /* Directory listings stand in for lookups. A complete listing of dir marks
  * it in the metadata cache under the key "dir/" (no store path ends in '/'):
  * for as long as the mark lasts, a name of dir that the cache does not have
@@ -446,10 +459,15 @@ static int listing_entry(void *arg, const char *name, const struct store_stat *s
  * file of a directory and a save creates them: one listing answers all
  * those lookups instead of a HEAD (and a directory probe) per file. The mark
  * lasts attr_timeout, and for as long as this mount is writing into the
- * directory: a save then costs one listing per directory. Directories of
- * more than LISTING_MAX entries are marked too large and looked up by name,
- * except checkpoint directories (the index noticed their .metadata), whose
- * files are all opened anyway. */
+ * directory: a save then costs one listing per directory.
+ *
+ * A lookup's listing stops after LISTING_MAX keys (one page). A directory
+ * that has as many is marked large (-E2BIG) and its names are looked up by
+ * name, each lookup adding its cost to the mark's rent (ski rental: a mount
+ * of a 1,024-node load opens 1/1,024 of a checkpoint's files, and a HEAD
+ * each is far cheaper than 99 pages). Once a checkpoint directory's rent
+ * reaches what listing it whole costs (listing_price), the next lookup
+ * lists it whole. Other large directories are always looked up by name. */
 static void marker_of(const char *dir, char *buf, size_t len)
 {
     snprintf(buf, len, "%s/", dir);
@@ -464,13 +482,15 @@ static void forget_listing(struct core *core, const char *dir)
 }
 
 /* Mark dir as listed in full (err 0: it was just made empty, or listed by
- * the listing that began at stamp) or as too large to list (-E2BIG); newest:
- * the directory's time the listing found (store.h), 0 if none. */
-static void mark_listed(struct core *core, const char *dir, int err, double stamp, int64_t newest)
+ * the listing that began at stamp) or as large, its first page listed
+ * (-E2BIG); newest: the directory's time the listing found (store.h), 0 if
+ * none; keys: how many keys (or entries) the listing saw. */
+static void mark_listed(struct core *core, const char *dir, int err, double stamp, int64_t newest,
+                        uint64_t keys)
 {
     char m[4100];
     marker_of(dir, m, sizeof m);
-    meta_put_listed(core, m, err, &(struct store_stat){.mtime_ns = newest}, stamp);
+    meta_put_listed(core, m, err, &(struct store_stat){.mtime_ns = newest, .size = keys}, stamp);
 }
 
 /* A positive entry of path lasts at least until expires (meta lock held). */
@@ -533,16 +553,9 @@ static int below_flush(struct below *b)
     return rc;
 }
 
-static int below_entry(void *arg, const char *rel, const struct store_stat *s)
+/* One key of list_below (b->keys counts it already). */
+static int below_key(struct below *b, const char *rel, const struct store_stat *s)
 {
-    struct below *b = arg;
-    if (b->l->limit && ++b->keys > b->l->limit) {
-        b->l->count = b->l->limit + 1; /* too large: looked up by name */
-        b->group[0] = '\0';            /* its time is not known */
-        return 1;
-    }
-    if (!b->l->limit)
-        b->keys++;
     if (b->keys <= STORE_DIR_TIME_KEYS && s->mtime_ns > b->newest)
         b->newest = s->mtime_ns;
     if (!*rel)
@@ -565,6 +578,19 @@ static int below_entry(void *arg, const char *rel, const struct store_stat *s)
     b->group_keys = 1;
     b->group_st = (struct store_stat){.is_dir = 1, .mtime_ns = s->mtime_ns};
     return 0;
+}
+
+static int below_entry(void *arg, const char *rel, const struct store_stat *s)
+{
+    struct below *b = arg;
+    b->keys++;
+    int rc = below_key(b, rel, s);
+    if (rc == 0 && b->l->limit && b->keys >= b->l->limit) {
+        b->l->cut = 1;      /* a page's worth: large, looked up by name (no second page) */
+        b->group[0] = '\0'; /* its keys may go on: its time is not known, not reported */
+        return 1;
+    }
+    return rc;
 }
 
 struct listing_flight {
@@ -622,51 +648,100 @@ static void listing_finish(struct core *core, struct listing_flight *mine)
 }
 
 /* What dir's listing mark says: LISTED (*stamp: the listing's), NOT_LISTED
- * (too large to list), or -1 (no valid mark: list it). A whole listing is
- * valid for attr_timeout, while this mount writes below dir, and while a
- * save or a load keeps it (core_keep_listing). */
-static int listing_from_mark(struct core *core, const char *dir, double *stamp)
+ * (large: its first page was listed at *stamp, lookups ask by name), or -1
+ * (no valid mark: list it). A mark is valid for attr_timeout and while a
+ * save or a load keeps it (core_keep_listing); a whole listing also while
+ * this mount writes below dir. *mark (if not NULL) gets the mark. */
+static int listing_from_mark(struct core *core, const char *dir, double *stamp,
+                             struct meta_entry *mark)
 {
     char m[4100];
     marker_of(dir, m, sizeof m);
-    struct meta_entry mark;
-    enum meta_state state = meta_get(core, m, &mark);
+    struct meta_entry own;
+    if (!mark)
+        mark = &own;
+    enum meta_state state = meta_get(core, m, mark);
     if (state != META_ABSENT) {
-        *stamp = mark.listed;
-        if (mark.err == 0 && (state == META_FRESH || mark.kept_until > mono_seconds() ||
-                              (core->stage && stage_busy_below(core->stage, dir))))
+        *stamp = mark->listed;
+        int valid = state == META_FRESH || mark->kept_until > mono_seconds();
+        if (mark->err == 0 && (valid || (core->stage && stage_busy_below(core->stage, dir))))
             return LISTED;
-        if (mark.err == -E2BIG && state == META_FRESH)
+        if (mark->err == -E2BIG && valid)
             return NOT_LISTED;
     }
     return -1;
 }
 
-static enum listing_state list_dir(struct core *core, const char *dir, double *stamp);
+/* What listing large directory dir whole would cost, in HEADs: LIST_PAGE_COST
+ * per page of its keys (the .metadata and the files it names, or, until the
+ * index has counted them, one page more than the first listing saw), or
+ * UINT64_MAX while no whole listing is wanted: dir is no checkpoint (its
+ * names are looked up by name for good), or its .metadata is being indexed
+ * (the count comes then). */
+static uint64_t listing_price(struct core *core, const char *dir, const struct meta_entry *mark)
+{
+    if (!core->index || !ckindex_is_checkpoint(core->index, dir))
+        return UINT64_MAX;
+    int64_t files = ckindex_file_count(core->index, dir);
+    if (files == 0)
+        return UINT64_MAX;
+    uint64_t keys = mark->st.size + 1; /* the first page was full: one more key at least */
+    if (files > 0 && (uint64_t)files + 1 > keys)
+        keys = (uint64_t)files + 1;
+    return LIST_PAGE_COST * ((keys + LISTING_MAX - 1) / LISTING_MAX);
+}
 
-/* Whether dir's entries are in the metadata cache (listing it if its mark
- * is stale; one LIST per directory however many lookups wait for it);
- * *stamp (if not NULL) gets the listing's stamp when LISTED. */
+/* A lookup by name in dir cost cost (in HEADs): it goes on dir's rent if dir
+ * is marked large. */
+static void pay_rent(struct core *core, const char *dir, uint64_t cost)
+{
+    char m[4100];
+    marker_of(dir, m, sizeof m);
+    pthread_mutex_lock(&core->meta_lock);
+    struct meta_entry *mark = meta_entry_locked(core, m);
+    if (mark && mark->err == -E2BIG)
+        mark->rent += cost;
+    pthread_mutex_unlock(&core->meta_lock);
+}
+
+static enum listing_state list_dir(struct core *core, const char *dir, double *stamp, int whole);
+
+/* Whether dir's entries are in the metadata cache: LISTED, or NOT_LISTED
+ * (a large directory: look names up by name). Lists dir if its mark is
+ * stale (its first page; one LIST per directory however many lookups wait
+ * for it), or whole once the lookups by name in a large checkpoint
+ * directory have cost what that costs. *stamp (if not NULL) gets the
+ * listing's stamp (0 if none). */
 static enum listing_state dir_listing_stamp(struct core *core, const char *dir, double *stamp)
 {
     double ignored;
     if (!stamp)
         stamp = &ignored;
+    *stamp = 0;
     if (core->cfg.attr_timeout <= 0)
         return NOT_LISTED; /* nothing is cached: a listing would answer one lookup */
-    struct listing_flight *mine;
     for (;;) {
-        int known = listing_from_mark(core, dir, stamp);
-        if (known >= 0)
-            return (enum listing_state)known;
-        if (listing_claim(core, dir, &mine) != 0)
-            break;
-        /* another thread's listing ended: its mark answers, or it failed */
+        struct meta_entry mark;
+        int known = listing_from_mark(core, dir, stamp, &mark);
+        if (known == LISTED)
+            return LISTED;
+        int whole = known == NOT_LISTED; /* large: list it whole once the rent is paid */
+        if (whole && mark.rent < listing_price(core, dir, &mark))
+            return NOT_LISTED;
+        struct listing_flight *mine;
+        int claimed = listing_claim(core, dir, &mine);
+        if (claimed == 0)
+            continue; /* another thread's listing ended: its mark answers, or it failed */
+        int now = claimed == 1 ? listing_from_mark(core, dir, stamp, &mark) : -1;
+        enum listing_state st;
+        if (now == LISTED || (now == NOT_LISTED && !whole))
+            st = (enum listing_state)now; /* listed between our look and our claim */
+        else
+            st = list_dir(core, dir, stamp, whole);
+        if (mine)
+            listing_finish(core, mine);
+        return st;
     }
-    enum listing_state st = list_dir(core, dir, stamp);
-    if (mine)
-        listing_finish(core, mine);
-    return st;
 }
 
 static enum listing_state dir_listing(struct core *core, const char *dir)
@@ -675,22 +750,24 @@ static enum listing_state dir_listing(struct core *core, const char *dir)
 }
 
 /* List dir from the store into the metadata cache and mark it listed
- * (*stamp: the listing's). */
-static enum listing_state list_dir(struct core *core, const char *dir, double *stamp)
+ * (*stamp: the listing's): whole, or (whole 0) its first LISTING_MAX keys,
+ * which are all of it or make it large (NOT_LISTED). */
+static enum listing_state list_dir(struct core *core, const char *dir, double *stamp, int whole)
 {
-    int checkpoint = core->index && ckindex_is_checkpoint(core->index, dir);
     struct listing l = {
-        .core = core, .dir = dir, .limit = checkpoint ? 0 : LISTING_MAX, .stamp = mono_seconds()};
+        .core = core, .dir = dir, .limit = whole ? 0 : LISTING_MAX, .stamp = mono_seconds()};
     *stamp = l.stamp;
-    log_debug("listing /%s for lookups%s", dir, checkpoint ? " (a checkpoint: whole)" : "");
+    log_debug("listing /%s for lookups%s", dir, whole ? " (large, rent paid: whole)" : "");
     int rc;
     int64_t newest = 0;
+    uint64_t keys;
     if (core->store->ops->list_below) {
         struct below b = {.l = &l};
         rc = core->store->ops->list_below(core->store, dir, below_entry, &b);
-        if (rc == 0 && (!l.limit || l.count <= l.limit))
+        if (rc == 0 && !l.cut)
             rc = below_flush(&b);
         newest = b.keys ? b.newest : DIR_TIME_EMPTY;
+        keys = b.keys;
         if (rc == 0 && b.keys > 0) /* something below: a directory, of this time */
             core_meta_put(core, dir, 0, &(struct store_stat){.is_dir = 1, .mtime_ns = b.newest});
         if (rc == 0 && b.keys == 0) { /* nothing below: an empty directory, or none */
@@ -700,16 +777,28 @@ static enum listing_state list_dir(struct core *core, const char *dir, double *s
         }
     } else {
         rc = core->store->ops->list(core->store, dir, listing_entry, &l);
+        keys = l.count;
     }
     if (rc == -ENOENT || rc == -ENOTDIR) { /* no such directory: nothing is in it */
-        mark_listed(core, dir, 0, l.stamp, 0);
+        mark_listed(core, dir, 0, l.stamp, 0, 0);
         return LISTED;
     }
     if (rc < 0)
         return NOT_LISTED; /* the lookup by name reports the store's trouble */
-    int whole = !l.limit || l.count <= l.limit;
-    mark_listed(core, dir, whole ? 0 : -E2BIG, l.stamp, newest);
-    return whole ? LISTED : NOT_LISTED;
+    /* The rent a large directory's expired mark had carries over: what its
+     * lookups by name cost is spent (a GET on a busy store can outlast the
+     * 2 s a load keeps the mark, and the load goes on). */
+    char m[4100];
+    marker_of(dir, m, sizeof m);
+    struct meta_entry old;
+    uint64_t rent = meta_get(core, m, &old) != META_ABSENT && old.err == -E2BIG ? old.rent : 0;
+    mark_listed(core, dir, l.cut ? -E2BIG : 0, l.stamp, newest, keys);
+    if (l.cut && rent)
+        pay_rent(core, dir, rent);
+    if (l.cut)
+        log_debug("/%s is large (%llu keys in a page, rent %llu): lookups there ask by name", dir,
+                  (unsigned long long)keys, (unsigned long long)rent);
+    return l.cut ? NOT_LISTED : LISTED;
 }
 
 int core_lookup_store(struct core *core, const char *spath, struct store_stat *st)
@@ -720,13 +809,15 @@ int core_lookup_store(struct core *core, const char *spath, struct store_stat *s
         return err;
     char dir[4096];
     double stamp;
+    int in_dir = *spath && path_dir(spath, dir, sizeof dir) == 0;
     /* A name absent from the cache of a listed directory is not in the
      * listing, and one the valid listing reported (its entry carries the
-     * listing's stamp) is as the listing says, however old. One whose entry
-     * expired and came from elsewhere (a lookup by name, a publish) is asked
-     * for by name below. */
-    if (*spath && path_dir(spath, dir, sizeof dir) == 0 &&
-        dir_listing_stamp(core, dir, &stamp) == LISTED) {
+     * listing's stamp) is as the listing says, however old; so is a name the
+     * first page of a large directory reported, while its mark is valid. One
+     * whose entry expired and came from elsewhere (a lookup by name, a
+     * publish) is asked for by name below. */
+    enum listing_state listed = in_dir ? dir_listing_stamp(core, dir, &stamp) : NOT_LISTED;
+    if (in_dir) {
         struct meta_entry e;
         known = meta_get(core, spath, &e); /* the listing may have put it */
         if (known == META_FRESH || (known == META_EXPIRED && e.listed > 0 && e.listed == stamp)) {
@@ -734,12 +825,17 @@ int core_lookup_store(struct core *core, const char *spath, struct store_stat *s
                 *st = e.st;
             return e.err;
         }
-        if (known == META_ABSENT) {
+        if (listed == LISTED && known == META_ABSENT) {
             meta_put_listed(core, spath, -ENOENT, NULL, stamp);
             return -ENOENT;
         }
     }
     err = core->store->ops->stat(core->store, spath, st);
+    /* Its cost goes on a large directory's rent: a HEAD, and for a name that
+     * is no file the one-page directory probe too (S3's stat). A 404 is an
+     * answer like any other: cached for attr_timeout, as every lookup's. */
+    if (in_dir && listed == NOT_LISTED)
+        pay_rent(core, dir, err == 0 && !st->is_dir ? 1 : 1 + LIST_PAGE_COST);
     if (err == 0)
         fill_dir_time(core, spath, st, 0); /* the root: its time from its listing */
     if (err == 0 || err == -ENOENT)
@@ -749,7 +845,7 @@ int core_lookup_store(struct core *core, const char *spath, struct store_stat *s
 
 void core_listing_made(struct core *core, const char *dir)
 {
-    mark_listed(core, dir, 0, mono_seconds(), 0);
+    mark_listed(core, dir, 0, mono_seconds(), 0, 0);
 }
 
 void core_keep_listing(struct core *core, const char *dir)
@@ -763,8 +859,8 @@ void core_keep_listing(struct core *core, const char *dir)
     marker_of(dir, m, sizeof m);
     pthread_mutex_lock(&core->meta_lock);
     struct meta_entry *mark = meta_entry_locked(core, m);
-    if (mark && mark->err == 0 && mark->kept_until < until)
-        mark->kept_until = until;
+    if (mark && (mark->err == 0 || mark->err == -E2BIG) && mark->kept_until < until)
+        mark->kept_until = until; /* a large directory's mark: its rent goes on */
     m[strlen(m) - 1] = '\0';
     for (;;) { /* "a/b", "a", "" (the root) */
         meta_extend_locked(core, m, until);
@@ -865,11 +961,39 @@ int core_readdir(struct core *core, const char *path, core_fill_fn fill, void *a
         free(l.staged[i]);
     free(l.staged);
     if (rc == 0)
-        mark_listed(core, l.dir, 0, l.stamp, known_dir_time(core, l.dir));
+        mark_listed(core, l.dir, 0, l.stamp, known_dir_time(core, l.dir), l.count);
     if (rc == -ENOENT &&
         (staged || (core->stage && stage_stat(core->stage, l.dir, &(struct store_stat){0}))))
         rc = 0; /* a directory that exists only on this mount so far */
     return rc;
+}
+
+/* ckindex_known_fn over the metadata cache: what the mount knows of the
+ * file at store path spath without asking the store (an index build's file
+ * sizes): a fresh entry, one its directory's valid listing put, or a name
+ * absent from a whole listing. A file staged here is not known. */
+static int known_file(void *arg, const char *spath, uint64_t *size)
+{
+    struct core *core = arg;
+    struct store_stat staged;
+    if (core->stage && stage_stat(core->stage, spath, &staged))
+        return 1;
+    struct meta_entry e;
+    enum meta_state state = meta_get(core, spath, &e);
+    char dir[4096];
+    double stamp = 0;
+    int listed = state != META_FRESH && path_dir(spath, dir, sizeof dir) == 0
+                     ? listing_from_mark(core, dir, &stamp, NULL)
+                     : -1;
+    if (state == META_FRESH ||
+        (state == META_EXPIRED && listed >= 0 && e.listed > 0 && e.listed == stamp)) {
+        if (e.err == 0 && !e.st.is_dir) {
+            *size = e.st.size;
+            return 0;
+        }
+        return e.err == 0 || e.err == -ENOENT ? -ENOENT : 1; /* a directory is no file */
+    }
+    return state == META_ABSENT && listed == LISTED ? -ENOENT : 1;
 }
 
 /* Opening DIR/.metadata means DIR is a checkpoint: make sure it is indexed.
@@ -879,12 +1003,8 @@ static int notice_checkpoint(struct core *core, const char *spath, const struct 
     char dir[4096];
     if (!core->index || path_dir(spath, dir, sizeof dir) != 0)
         return 0;
-    if (strcmp(path_base(spath), ".metadata") == 0) {
+    if (strcmp(path_base(spath), ".metadata") == 0)
         ckindex_notice(core->index, dir, s);
-        double stamp;
-        if (listing_from_mark(core, dir, &stamp) == NOT_LISTED)
-            forget_listing(core, dir); /* too large before; a checkpoint is listed whole */
-    }
     if (!ckindex_is_checkpoint(core->index, dir))
         return 0;
     core_keep_listing(core, dir);
@@ -1461,8 +1581,8 @@ int core_create(struct store *store, const struct core_config *cfg, struct core 
     }
     if (rc == 0 && cfg->cache_dir) {
         char err[512];
-        if (ckindex_open(cfg->cache_dir, store->description, store, core->wq, &core->index, err,
-                         sizeof err) < 0)
+        if (ckindex_open(cfg->cache_dir, store->description, store, core->wq, known_file, core,
+                         &core->index, err, sizeof err) < 0)
             log_warn("checkpoint index disabled: %s", err);
     }
     if (rc == 0 && cfg->cache_dir && cfg->writable && store->ops->put) {

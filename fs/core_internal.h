@@ -34,8 +34,9 @@ struct meta_entry {
     double expires;
     double listed;     /* mono time of the listing that put it (and of a mark: its own); 0 */
     double kept_until; /* a mark: a save or load keeps the listing until then (core_keep_listing) */
-    int err;           /* 0 or -ENOENT (a mark: 0, or -E2BIG: too large to list) */
-    struct store_stat st;
+    int err;           /* 0 or -ENOENT (a mark: 0, or -E2BIG: large, only a first page listed) */
+    uint64_t rent;     /* a -E2BIG mark: what lookups by name in the directory cost since */
+    struct store_stat st; /* a mark: mtime_ns its listing found, size the keys it saw */
     char path[];
 };
 

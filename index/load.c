@@ -19,7 +19,7 @@ void ckpt_load_options_default(struct ckpt_load_options *o)
 {
     memset(o, 0, sizeof(*o));
     o->max_metadata = (size_t)1 << 30;
-    o->stat_files = 1;
+    o->stat_files = CKPT_FILES_LIST;
     dcp_options_default(&o->dcp);
 }
 
@@ -213,6 +213,25 @@ out:
     return rc;
 }
 
+/* Presence and size of every file c names from io->known alone: no listing,
+ * no stat. A file the io does not know stays "not looked up". */
+static void fill_known_file_info(const struct ckpt_io *io, const char *dir, struct ckpt *c)
+{
+    for (uint32_t f = 0; io->known && f < c->nfiles; f++) {
+        struct ckpt_file *fi = &c->files[f];
+        char *p = ckpt_path_join(dir, fi->name);
+        uint64_t size;
+        int k = p ? io->known(io->ctx, p, &size) : 1;
+        free(p);
+        if (k == 0) {
+            fi->present = 1;
+            fi->size = size;
+        } else if (k == -ENOENT) {
+            fi->present = 0;
+        }
+    }
+}
+
 static int load_dcp(const struct ckpt_io *io, const char *dir, const char *name,
                     const struct ckpt_load_options *o, struct ckpt **out, struct ckpt_err *err)
 {
@@ -231,8 +250,10 @@ static int load_dcp(const struct ckpt_io *io, const char *dir, const char *name,
     free(buf);
     if (!rc) {
         (*out)->source = arena_strndup(&(*out)->arena, path, strlen(path));
-        if (o->stat_files)
+        if (o->stat_files == CKPT_FILES_LIST)
             rc = fill_file_info(io, dir, *out, err);
+        else if (o->stat_files == CKPT_FILES_KNOWN)
+            fill_known_file_info(io, dir, *out);
         if (rc) {
             ckpt_free(*out);
             *out = NULL;

@@ -11,7 +11,9 @@
  *                or every <dir>/ *.safetensors (DCP save_sharded layout)
  * and returns the checkpoint model with each file's presence and size
  * filled in from one listing of <dir> (plus a stat per file in a
- * subdirectory), so verify-style checks need no further I/O.
+ * subdirectory), so verify-style checks need no further I/O; or, with
+ * CKPT_FILES_KNOWN, from what the io already knows of the files the
+ * checkpoint names (no listing, no stat: a mount's index build).
  */
 #ifndef CKPTFS_LOAD_H
 #define CKPTFS_LOAD_H
@@ -34,11 +36,21 @@ struct ckpt_io {
     /* Optional (may be NULL): a short version tag of a file (ETag, or size
      * and mtime) for index freshness checks; 0 or -errno. */
     int (*fingerprint)(void *ctx, const char *path, char *buf, size_t len);
+    /* Optional (may be NULL): what the io knows of the file at path without
+     * any I/O: 0 and *size (a file), -ENOENT (known absent), or 1 (unknown). */
+    int (*known)(void *ctx, const char *path, uint64_t *size);
+};
+
+/* How ckpt_load finds each named file's presence and size (stat_files). */
+enum ckpt_files_mode {
+    CKPT_FILES_NONE = 0,  /* not looked up (present -1, size unknown) */
+    CKPT_FILES_LIST = 1,  /* one listing of the directory, a stat per file below it */
+    CKPT_FILES_KNOWN = 2, /* io->known per file named; unknown ones stay unknown */
 };
 
 struct ckpt_load_options {
     size_t max_metadata;    /* largest .metadata / index json read (default 1 GiB) */
-    int stat_files;         /* look up presence and size of every file (default 1) */
+    int stat_files;         /* enum ckpt_files_mode (default CKPT_FILES_LIST) */
     struct dcp_options dcp; /* pickle limits etc. */
 };
 

@@ -3,7 +3,8 @@
  * built in the background from the store, reused when the stored
  * fingerprint matches (a remount), rebuilt when .metadata changes, pinned to
  * the .metadata version it fingerprints, failed once for a bad .metadata,
- * and item lookups in layout order within a budget. Runs on the in-memory
+ * built without listing the directory (file sizes from what the mount
+ * knows), and item lookups in layout order within a budget. Runs on the in-memory
  * store with the real torch 1.13 checkpoint of the fixtures.
  */
 #include <criterion/criterion.h>
@@ -25,6 +26,23 @@ static char cache_dir[64];
 static struct mem_store *ms;
 static struct workq *wq;
 static struct ckindex *ci;
+
+/* What "the mount" knows of a file for the builds (ckindex_known_fn): the
+ * size of known_path, nothing else; on_known runs first (a test's hook). */
+static const char *known_path;
+static uint64_t known_size;
+static void (*on_known)(void);
+
+static int known(void *arg, const char *path, uint64_t *size)
+{
+    (void)arg;
+    if (on_known)
+        on_known();
+    if (!known_path || strcmp(path, known_path) != 0)
+        return 1;
+    *size = known_size;
+    return 0;
+}
 
 static void *slurp(const char *path, size_t *len)
 {
@@ -56,9 +74,9 @@ static void open_index(void)
 {
     char err[256] = "";
     cr_assert_eq(workq_create(2, &wq), 0);
-    cr_assert_eq(
-        ckindex_open(cache_dir, "mem://test", mem_store_base(ms), wq, &ci, err, sizeof err), 0,
-        "%s", err);
+    cr_assert_eq(ckindex_open(cache_dir, "mem://test", mem_store_base(ms), wq, known, NULL, &ci,
+                              err, sizeof err),
+                 0, "%s", err);
 }
 
 static void close_index(void)
@@ -85,6 +103,8 @@ static void teardown(void)
 {
     if (ci)
         close_index();
+    known_path = NULL;
+    on_known = NULL;
     mem_store_free(ms);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", cache_dir);
@@ -138,10 +158,12 @@ Test(ckindex, builds_then_a_reopen_reuses_the_stored_index)
     cr_assert_eq(st.reused, 0);
     cr_assert_eq(st.failed, 0);
     /* The noticed version's size and a .metadata known to be there: the
-     * build asks the store for one listing (the shards' sizes) and the GET. */
+     * build asks the store for the GET alone (the files are the ones the
+     * .metadata names; no listing for their sizes). */
     cr_expect_eq(mem_store_calls(ms, MEM_OP_STAT) - stats0, 0, "a stat (HEAD) of .metadata");
-    cr_expect_eq(mem_store_calls(ms, MEM_OP_LIST) - lists0, 1, "%llu listings",
+    cr_expect_eq(mem_store_calls(ms, MEM_OP_LIST) - lists0, 0, "%llu listings",
                  (unsigned long long)(mem_store_calls(ms, MEM_OP_LIST) - lists0));
+    cr_expect_eq(ckindex_file_count(ci, "ck"), 2);
     /* The same version noticed again: nothing new. */
     uint64_t reads = mem_store_calls(ms, MEM_OP_READ);
     ckindex_notice(ci, "ck", &md);
@@ -340,13 +362,13 @@ Test(ckindex, a_published_metadata_that_does_not_parse_is_read_from_the_store)
 }
 
 /* Replace ck/.metadata with another version and notice it while the build
- * of the first version lists the directory: the second build runs on the
- * other worker and is ready before the first one goes on. */
+ * of the first version looks up its files' sizes (after its read and parse):
+ * the second build runs on the other worker and is ready before the first
+ * one goes on. */
 static int overtaken;
-static void replace_and_build_during_list(void *arg, const struct mem_call *call)
+static void replace_and_build_during_sizes(void)
 {
-    (void)arg;
-    if (call->op != MEM_OP_LIST || overtaken)
+    if (overtaken)
         return;
     overtaken = 1;
     replace_metadata();
@@ -361,11 +383,11 @@ Test(ckindex, an_older_build_ending_last_leaves_the_newer_index)
      * deleting) the newer one that the mount had recorded as ready: loads
      * of the current version then ran without guidance, for good. */
     struct store_stat md = stat_of("ck/.metadata");
-    mem_store_set_hook(ms, replace_and_build_during_list, NULL);
+    on_known = replace_and_build_during_sizes;
     ckindex_notice(ci, "ck", &md);
     wait_settled(1);
     close_index(); /* both builds have ended */
-    mem_store_set_hook(ms, NULL, NULL);
+    on_known = NULL;
     cr_assert_eq(overtaken, 1);
     struct store_stat now = stat_of("ck/.metadata");
     open_index();
@@ -374,4 +396,58 @@ Test(ckindex, an_older_build_ending_last_leaves_the_newer_index)
     cr_assert_eq(st.reused, 1, "the index of the current .metadata was not the one stored");
     struct ckindex_span sp[1];
     cr_assert_gt(ckindex_items(ci, "ck/__0_0.distcp", 0, 0, sp, 1), 0);
+}
+
+/* The file records of ck's stored index: present and size by name. */
+static void stored_file(const char *name, int *present, uint64_t *size)
+{
+    char dir[128];
+    snprintf(dir, sizeof dir, "%s/index", cache_dir);
+    struct idxdb_options o;
+    idxdb_options_default(&o);
+    o.flags = IDXDB_RDONLY;
+    struct idxdb *db;
+    struct ckpt_err e;
+    cr_assert_eq(idxdb_open(dir, &o, &db, &e), 0, "%s", e.msg);
+    struct idxdb_txn *t;
+    cr_assert_eq(idxdb_begin(db, &t, &e), 0);
+    struct idxdb_ckpt c;
+    uint32_t file;
+    struct idxdb_file f;
+    cr_assert_eq(idxdb_ckpt_get(t, "mem://test/ck", &c), 0);
+    cr_assert_eq(idxdb_file_find(t, c.id, name, &file), 0, "%s", name);
+    cr_assert_eq(idxdb_file_get(t, c.id, file, &f), 0);
+    *present = f.present;
+    *size = f.size;
+    idxdb_end(t);
+    idxdb_close(db);
+}
+
+/* At 8,192 ranks a checkpoint directory holds ~98k files, ~99 LIST pages: a
+ * build that listed it for its files' sizes cost each of 1,024 mounts that.
+ * The build takes the files from the .metadata and the sizes the mount
+ * knows (its metadata cache), and asks the store for nothing but the GET. */
+Test(ckindex, a_build_lists_nothing_and_records_the_sizes_the_mount_knows)
+{
+    struct store_stat md = stat_of("ck/.metadata");
+    known_path = "ck/__0_0.distcp";
+    known_size = stat_of(known_path).size;
+    uint64_t lists = mem_store_calls(ms, MEM_OP_LIST), stats = mem_store_calls(ms, MEM_OP_STAT);
+    ckindex_notice(ci, "ck", &md);
+    cr_assert_eq(ckindex_file_count(ci, "ck"), 0, "being built: not counted yet");
+    struct ckindex_stats st = wait_settled(1);
+    cr_assert_eq(st.ready, 1);
+    cr_assert_eq(mem_store_calls(ms, MEM_OP_LIST), lists, "the build listed the directory");
+    cr_assert_eq(mem_store_calls(ms, MEM_OP_STAT), stats, "the build sent a HEAD");
+    cr_assert_eq(ckindex_file_count(ci, "ck"), 2);
+    cr_assert_eq(ckindex_file_count(ci, "elsewhere"), -1);
+    close_index();
+    int present;
+    uint64_t size;
+    stored_file("__0_0.distcp", &present, &size);
+    cr_assert_eq(present, 1);
+    cr_assert_eq(size, known_size);
+    stored_file("__1_0.distcp", &present, &size);
+    cr_assert_eq(present, -1, "a size the mount does not know is recorded unknown");
+    cr_assert_eq(size, CKPT_SIZE_UNKNOWN);
 }

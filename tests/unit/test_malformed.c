@@ -85,7 +85,7 @@ static int outcome(const char *dir, const char *name, struct ckpt_err *err)
     snprintf(path, sizeof(path), "%s/%s", dir, name);
     size_t l = strlen(name);
     if (name[l - 1] == '/') {
-        struct ckpt_io io = {path, l_stat, l_read, l_list, NULL};
+        struct ckpt_io io = {path, l_stat, l_read, l_list, NULL, NULL};
         struct ckpt *c;
         int rc = ckpt_load(&io, "", NULL, &c, err);
         if (rc)
@@ -331,7 +331,7 @@ Test(malformed, a_walk_skips_a_subdirectory_it_may_not_list)
     int fd = open(p, O_CREAT | O_WRONLY, 0600);
     cr_assert(fd >= 0);
     close(fd);
-    struct ckpt_io io = {root, l_stat, l_read, private_list, NULL};
+    struct ckpt_io io = {root, l_stat, l_read, private_list, NULL, NULL};
     int found = 0;
     cr_assert_eq(ckpt_find(&io, "", 4, count_found, &found), 0);
     cr_assert_eq(found, 1, "the checkpoint after the private directory was not found");

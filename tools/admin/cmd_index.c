@@ -375,9 +375,10 @@ static int on_file(void *arg, const struct idxdb_file *f)
 {
     json_array_append_new(
         arg,
-        json_pack("{s:o,s:o,s:b,s:i,s:i}", "name", json_bytesn(f->name, f->name_len), "size",
+        json_pack("{s:o,s:o,s:o,s:i,s:i}", "name", json_bytesn(f->name, f->name_len), "size",
                   f->size == CKPT_SIZE_UNKNOWN ? json_null() : json_integer((json_int_t)f->size),
-                  "present", f->present == 1, "rank", f->rank, "items", (int)f->nitems));
+                  "present", f->present < 0 ? json_null() : json_boolean(f->present == 1), "rank",
+                  f->rank, "items", (int)f->nitems));
     return 0;
 }
 

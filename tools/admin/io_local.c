@@ -113,6 +113,7 @@ static int local_fingerprint(void *ctx, const char *path, char *buf, size_t len)
 void io_local_init(struct ckpt_io *io, const char *root)
 {
     io->fingerprint = local_fingerprint;
+    io->known = NULL;
     io->ctx = (void *)root;
     io->stat = local_stat;
     io->read = local_read;
