@@ -465,15 +465,22 @@ static int evictable_locked(const struct cblock *b, int64_t now_ms)
     return b->pins == 0 && !prefetch_awaits_reader(b, now_ms);
 }
 
-static void evict_locked(struct cache *c, struct cblock *b, int64_t now_ms)
+/* Drop READY, unpinned block b from the LRU list, the table and the cache's
+ * bytes, and free it (lock held). */
+static void drop_ready_locked(struct cache *c, struct cblock *b)
 {
     assert(cache_lock_held(c) && b->state == BLOCK_READY && b->pins == 0);
     lru_unlink(b);
     block_unhash(c, b);
     c->st.bytes_cached -= b->len;
+    block_free_locked(c, b);
+}
+
+static void evict_locked(struct cache *c, struct cblock *b, int64_t now_ms)
+{
     c->st.evictions++;
     c->st.evicted_unread += (uint64_t)prefetch_awaits_reader(b, now_ms);
-    block_free_locked(c, b);
+    drop_ready_locked(c, b);
 }
 
 /* Above the working set, drop least recently used blocks that a reader has
@@ -490,12 +497,9 @@ static void recycle_read_blocks_locked(struct cache *c, uint64_t need)
     while (dropped < need && held_locked(c) + need > c->working_set && b != &c->lru) {
         struct cblock *prev = b->lru_prev;
         if (b->pins == 0 && !(b->prefetched && !b->used)) {
-            lru_unlink(b);
-            block_unhash(c, b);
-            c->st.bytes_cached -= b->len;
             c->st.recycled++;
             dropped += b->len;
-            block_free_locked(c, b);
+            drop_ready_locked(c, b);
         }
         b = prev;
     }
@@ -638,6 +642,17 @@ struct fetch {
     struct cbuf *buf;       /* holds one reference for the fetch itself */
 };
 
+/* FETCHING block b's background fetch is over (READY or FAILED): it is no
+ * longer in flight ahead of readers (lock held). */
+static void ahead_landed_locked(struct cache *c, const struct cblock *b)
+{
+    assert(cache_lock_held(c) && b->state == BLOCK_FETCHING);
+    if (!b->prefetched)
+        return;
+    assert(c->ahead_inflight >= b->len);
+    c->ahead_inflight -= b->len;
+}
+
 /* Publish the next block of f READY (lock held). */
 static void fetch_publish_next_locked(struct fetch *f)
 {
@@ -650,10 +665,9 @@ static void fetch_publish_next_locked(struct fetch *f)
     f->buf->refs++;
     b->buf = f->buf;
     b->data = f->buf->data + f->published_bytes;
+    ahead_landed_locked(c, b);
     b->state = BLOCK_READY;
     if (b->prefetched) {
-        assert(c->ahead_inflight >= b->len);
-        c->ahead_inflight -= b->len;
         b->ready_ms = (int64_t)(mono_seconds() * 1000);
         c->st.prefetched_bytes += b->len;
         if (!b->used)
@@ -733,10 +747,7 @@ static int fetch_run(struct cache *c, struct cache_obj *o, uint64_t first, uint3
         for (uint32_t i = f.published; i < n; i++) {
             struct cblock *b = block_find(c, o, first + i);
             assert(b && b->state == BLOCK_FETCHING);
-            if (b->prefetched) {
-                assert(c->ahead_inflight >= b->len);
-                c->ahead_inflight -= b->len;
-            }
+            ahead_landed_locked(c, b);
             b->state = BLOCK_FAILED;
             b->err = rc;
             block_unhash(c, b);
@@ -1024,11 +1035,8 @@ void cache_release_behind(struct cache *c, struct cache_obj *o, uint64_t from, u
             struct cblock *b = block_find(c, o, idx);
             if (!b || b->state != BLOCK_READY || b->pins)
                 continue;
-            lru_unlink(b);
-            block_unhash(c, b);
-            c->st.bytes_cached -= b->len;
             c->st.released++;
-            block_free_locked(c, b);
+            drop_ready_locked(c, b);
         }
         cache_unlock(c); /* and the buffers of the dropped blocks go back */
     }
