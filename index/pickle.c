@@ -514,6 +514,18 @@ static int push_str(struct parser *P, uint64_t n, int type, int flags)
 }
 
 /* LONG1 / LONG4 payload: little-endian two's complement. */
+/* The first min(n, 8) bytes of a LONG1/LONG4 integer at b as an int64:
+ * little-endian two's complement, sign-extended from byte n-1. */
+static int64_t rd_long(const uint8_t *b, uint64_t n)
+{
+    uint64_t u = n && (b[n - 1] & 0x80) ? UINT64_MAX : 0;
+    for (uint64_t i = 0; i < n && i < 8; i++) {
+        u &= ~((uint64_t)0xff << (8 * i));
+        u |= (uint64_t)b[i] << (8 * i);
+    }
+    return (int64_t)u;
+}
+
 static int push_long(struct parser *P, uint64_t n)
 {
     if (n > P->lim->max_long_bytes) {
@@ -540,12 +552,7 @@ static int push_long(struct parser *P, uint64_t n)
         v = newval(P, PKL_INT);
         if (!v)
             return P->rc;
-        uint64_t u = neg ? UINT64_MAX : 0;
-        for (uint64_t i = 0; i < n && i < 8; i++) {
-            u &= ~((uint64_t)0xff << (8 * i));
-            u |= (uint64_t)b[i] << (8 * i);
-        }
-        v->u.i = (int64_t)u;
+        v->u.i = rd_long(b, n);
     } else {
         v = newval(P, PKL_BIGINT);
         if (!v)
@@ -1027,11 +1034,21 @@ static const uint8_t *fm_bytes(struct fm *F, uint64_t n)
     return p;
 }
 
+/* The next width bytes as a little-endian unsigned integer. 0, or -1: the
+ * input ends first. */
+static int fm_le(struct fm *F, unsigned width, uint64_t *out)
+{
+    const uint8_t *b = fm_bytes(F, width);
+    if (!b)
+        return -1;
+    *out = rd_le(b, (int)width);
+    return 0;
+}
+
 /* An optional memo store into a slot nothing reads. 0, or -1: no fold. */
 static int fm_memo(struct fm *F)
 {
     struct parser *P = F->P;
-    const uint8_t *b;
     uint64_t idx;
     if (F->q >= P->len)
         return 0;
@@ -1042,15 +1059,13 @@ static int fm_memo(struct fm *F)
         break;
     case OP_BINPUT:
         fm_op(F);
-        if (!(b = fm_bytes(F, 1)))
+        if (fm_le(F, 1, &idx))
             return -1;
-        idx = b[0];
         break;
     case OP_LONG_BINPUT:
         fm_op(F);
-        if (!(b = fm_bytes(F, 4)))
+        if (fm_le(F, 4, &idx))
             return -1;
-        idx = rd_le(b, 4);
         break;
     default:
         return 0;
@@ -1112,13 +1127,7 @@ static int fm_int(struct fm *F, int64_t *out)
         unsigned n = b[0];
         if (n > 8 || n > F->P->lim->max_long_bytes || !(b = fm_bytes(F, n)))
             return -1;
-        /* as push_long: little-endian two's complement, sign-extended */
-        uint64_t u = n && (b[n - 1] & 0x80) ? UINT64_MAX : 0;
-        for (unsigned i = 0; i < n; i++) {
-            u &= ~((uint64_t)0xff << (8 * i));
-            u |= (uint64_t)b[i] << (8 * i);
-        }
-        *out = (int64_t)u;
+        *out = rd_long(b, n);
         break;
     }
     default:
@@ -1138,23 +1147,13 @@ static int fm_str(struct fm *F, const char **s, size_t *n, int *fresh)
         return -1;
     switch (F->P->in[F->q]) {
     case OP_SHORT_BINUNICODE:
-        fm_op(F);
-        if (!(b = fm_bytes(F, 1)))
-            return -1;
-        len = b[0];
-        break;
     case OP_BINUNICODE:
-        fm_op(F);
-        if (!(b = fm_bytes(F, 4)))
+    case OP_BINUNICODE8: {
+        int op = fm_op(F);
+        if (fm_le(F, op == OP_SHORT_BINUNICODE ? 1 : op == OP_BINUNICODE ? 4 : 8, &len))
             return -1;
-        len = rd_le(b, 4);
         break;
-    case OP_BINUNICODE8:
-        fm_op(F);
-        if (!(b = fm_bytes(F, 8)))
-            return -1;
-        len = rd_le(b, 8);
-        break;
+    }
     default: {
         const struct pkl_value *v = fm_get(F);
         if (!v || v->type != PKL_STR)
