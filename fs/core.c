@@ -647,6 +647,13 @@ static void listing_finish(struct core *core, struct listing_flight *mine)
     pthread_mutex_unlock(&core->listing_lock);
 }
 
+/* Whether a cached entry e (in state) answers a lookup: fresh, or put by
+ * its directory's valid listing that began at stamp (0: none valid). */
+static int entry_answers(enum meta_state state, const struct meta_entry *e, double stamp)
+{
+    return state == META_FRESH || (state == META_EXPIRED && e->listed > 0 && e->listed == stamp);
+}
+
 /* What dir's listing mark says: LISTED (*stamp: the listing's), NOT_LISTED
  * (large: its first page was listed at *stamp, lookups ask by name), or -1
  * (no valid mark: list it). A mark is valid for attr_timeout and while a
@@ -820,7 +827,7 @@ int core_lookup_store(struct core *core, const char *spath, struct store_stat *s
     if (in_dir) {
         struct meta_entry e;
         known = meta_get(core, spath, &e); /* the listing may have put it */
-        if (known == META_FRESH || (known == META_EXPIRED && e.listed > 0 && e.listed == stamp)) {
+        if (entry_answers(known, &e, stamp)) {
             if (e.err == 0)
                 *st = e.st;
             return e.err;
@@ -985,8 +992,7 @@ static int known_file(void *arg, const char *spath, uint64_t *size)
     int listed = state != META_FRESH && path_dir(spath, dir, sizeof dir) == 0
                      ? listing_from_mark(core, dir, &stamp, NULL)
                      : -1;
-    if (state == META_FRESH ||
-        (state == META_EXPIRED && listed >= 0 && e.listed > 0 && e.listed == stamp)) {
+    if (entry_answers(state, &e, listed >= 0 ? stamp : 0)) {
         if (e.err == 0 && !e.st.is_dir) {
             *size = e.st.size;
             return 0;
@@ -1262,10 +1268,12 @@ static void stream_note(struct core *core, struct core_file *f)
     if (now == f->streaming)
         return;
     f->streaming = now;
-    if (now)
+    if (now) {
         atomic_fetch_add(&core->streams, 1);
-    else
+    } else {
+        assert(atomic_load(&core->streams) > 0);
         atomic_fetch_sub(&core->streams, 1);
+    }
 }
 
 /* The largest readahead window of one of n sequential streams: together
@@ -1376,10 +1384,8 @@ static void release(struct core *core, struct core_file *f, int abandoned)
     }
     if (f->obj)
         cache_obj_put(core->cache, f->obj);
-    if (f->streaming) {
-        assert(atomic_load(&core->streams) > 0);
-        atomic_fetch_sub(&core->streams, 1);
-    }
+    f->ra.window = 0; /* its stream ends: no other thread has f now */
+    stream_note(core, f);
     pthread_mutex_destroy(&f->ra_lock);
     free(f);
 }
