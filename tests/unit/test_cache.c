@@ -578,6 +578,18 @@ Test(cache, a_longer_tail_is_a_get_of_its_own)
     teardown();
 }
 
+/* Wait (at most 5 s) until background fetches have brought bytes in all. */
+static void wait_prefetched(uint64_t bytes)
+{
+    struct cache_stats st;
+    cache_get_stats(cache, &st);
+    for (int i = 0; i < 5000 && st.prefetched_bytes < bytes; i++) {
+        usleep(1000);
+        cache_get_stats(cache, &st);
+    }
+    cr_assert_geq(st.prefetched_bytes, bytes, "background fetches did not land");
+}
+
 /* A store object of n 64 KiB blocks, opened in the cache. */
 static struct cache_obj *big_obj(const char *name, size_t n)
 {
@@ -617,10 +629,7 @@ Test(cache, unread_prefetched_blocks_are_not_recycled)
     setup_cfg(4096 * KiB, 256 * KiB, 1024 * KiB);
     struct cache_obj *a = big_obj("a", 16), *b = big_obj("b", 32);
     cr_assert_eq(cache_prefetch(cache, a, 0, 16 * 64 * KiB), 16 * 64 * KiB);
-    wait_prefetch_idle();
-    for (int i = 0; i < 2000 && workq_pending(wq); i++)
-        usleep(1000);
-    usleep(50000);
+    wait_prefetched(16 * 64 * KiB);
     unsigned char *buf = malloc(256 * KiB);
     for (uint64_t off = 0; off < 32 * 64 * KiB; off += 256 * KiB)
         cr_assert_eq(cache_read(cache, b, off, 256 * KiB, buf), (ssize_t)(256 * KiB));
@@ -643,9 +652,7 @@ Test(cache, read_ahead_waits_while_the_working_set_is_ahead_of_readers)
     cr_assert_eq(cache_prefetch_ahead(cache, b, 0, 64 * KiB), 0, "ran ahead past the working set");
     /* The item a reader is in is fetched whatever is ahead. */
     cr_assert_eq(cache_prefetch(cache, b, 0, 64 * KiB), 64 * KiB);
-    for (int i = 0; i < 2000 && workq_pending(wq); i++)
-        usleep(1000);
-    usleep(50000);
+    wait_prefetched(17 * 64 * KiB);
     struct cache_stats st;
     cache_get_stats(cache, &st);
     cr_assert_eq(st.ahead_deferred, 1);
@@ -654,9 +661,7 @@ Test(cache, read_ahead_waits_while_the_working_set_is_ahead_of_readers)
     cr_assert_eq(cache_read(cache, a, 0, 16 * 64 * KiB, buf), (ssize_t)(16 * 64 * KiB));
     free(buf);
     cr_assert_eq(cache_prefetch_ahead(cache, b, 64 * KiB, 64 * KiB), 64 * KiB);
-    for (int i = 0; i < 2000 && workq_pending(wq); i++)
-        usleep(1000);
-    usleep(50000);
+    wait_prefetched(18 * 64 * KiB);
     cache_obj_put(cache, a);
     cache_obj_put(cache, b);
     teardown();
