@@ -4,7 +4,6 @@
  * fixture against its .expected.json, layout-order lookups, path checks.
  */
 #include <criterion/criterion.h>
-#include <dirent.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -120,35 +119,29 @@ static void compare(const struct ckpt *c, json_t *exp, const char *name)
         cr_assert_str_eq(json_string_value(ver), c->dcp.version);
 }
 
+static void stub_matches_expected(const char *path, const char *name, void *arg)
+{
+    (void)arg;
+    char jpath[1024];
+    snprintf(jpath, sizeof(jpath), "%.*s.expected.json", (int)(strlen(path) - 9), path);
+    int rc;
+    struct ckpt_err err;
+    struct ckpt *c = parse_file(path, &rc, &err);
+    cr_assert_eq(rc, 0, "%s: %s", name, err.msg);
+    json_error_t je;
+    json_t *exp = json_load_file(jpath, 0, &je);
+    cr_assert_not_null(exp, "%s", jpath);
+    compare(c, exp, name);
+    cr_assert_eq(c->dcp.size, (uint64_t)json_integer_value(json_object_get(exp, "size")));
+    json_decref(exp);
+    ckpt_free(c);
+}
+
 Test(dcp, every_stub_fixture)
 {
     char dir[512];
     snprintf(dir, sizeof(dir), "%s/dcp-stub", CKPTFS_FIXTURES);
-    DIR *d = opendir(dir);
-    cr_assert_not_null(d);
-    struct dirent *e;
-    int n = 0;
-    while ((e = readdir(d))) {
-        size_t l = strlen(e->d_name);
-        if (l < 9 || strcmp(e->d_name + l - 9, ".metadata") != 0)
-            continue;
-        char path[1024], jpath[1024];
-        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
-        snprintf(jpath, sizeof(jpath), "%s/%.*s.expected.json", dir, (int)(l - 9), e->d_name);
-        int rc;
-        struct ckpt_err err;
-        struct ckpt *c = parse_file(path, &rc, &err);
-        cr_assert_eq(rc, 0, "%s: %s", e->d_name, err.msg);
-        json_error_t je;
-        json_t *exp = json_load_file(jpath, 0, &je);
-        cr_assert_not_null(exp, "%s", jpath);
-        compare(c, exp, e->d_name);
-        cr_assert_eq(c->dcp.size, (uint64_t)json_integer_value(json_object_get(exp, "size")));
-        json_decref(exp);
-        ckpt_free(c);
-        n++;
-    }
-    closedir(d);
+    int n = for_each_metadata(dir, stub_matches_expected, NULL);
     cr_assert_eq(n, 32, "found %d stub fixtures", n);
 }
 

@@ -7,7 +7,6 @@
  * must refuse too.
  */
 #include <criterion/criterion.h>
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -149,28 +148,21 @@ static size_t same_model(const char *path)
     return f1;
 }
 
+static void stub_folds_the_same(const char *path, const char *name, void *arg)
+{
+    (void)arg;
+    size_t folded = same_model(path);
+    /* the first record of each class carries its class GLOBAL and key
+     * strings and stays plain; the rest fold (single-tensor has one of each) */
+    if (!strstr(name, "single-tensor"))
+        cr_assert_gt(folded, 0, "%s: nothing folded", name);
+}
+
 Test(dcp_fold, every_stub_fixture_folds_to_the_same_model)
 {
     char dir[512];
     snprintf(dir, sizeof(dir), "%s/dcp-stub", CKPTFS_FIXTURES);
-    DIR *d = opendir(dir);
-    cr_assert_not_null(d);
-    struct dirent *e;
-    int n = 0;
-    while ((e = readdir(d))) {
-        size_t l = strlen(e->d_name);
-        if (l < 9 || strcmp(e->d_name + l - 9, ".metadata") != 0)
-            continue;
-        char path[1024];
-        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
-        size_t folded = same_model(path);
-        /* the first record of each class carries its class GLOBAL and key
-         * strings and stays plain; the rest fold (single-tensor has one of each) */
-        if (!strstr(e->d_name, "single-tensor"))
-            cr_assert_gt(folded, 0, "%s: nothing folded", e->d_name);
-        n++;
-    }
-    closedir(d);
+    int n = for_each_metadata(dir, stub_folds_the_same, NULL);
     cr_assert_eq(n, 32, "found %d stub fixtures", n);
 }
 
@@ -186,44 +178,37 @@ Test(dcp_fold, real_torch_1_13_folds_to_the_same_model)
 
 /* Every malformed pickle: where the plain parse refuses, so does the
  * folded one (it may refuse more, since dcp_parse then parses plainly). */
+static void refused_as_plainly(const char *path, const char *name, void *arg)
+{
+    (void)arg;
+    size_t len;
+    char *buf = slurp(path, &len);
+    cr_assert_not_null(buf, "%s", path);
+    struct ckpt *plain = NULL, *fast = NULL;
+    struct ckpt_err e1, e2;
+    int r0 = parse(buf, len, 0, &plain, &e1), r1 = parse(buf, len, 1, &fast, &e2);
+    if (r0)
+        cr_assert_neq(r1, 0, "%s: folded parse accepts what the plain one refuses (%s)", name,
+                      e1.msg);
+    else if (r1 == 0)
+        model_eq(fast, plain, name);
+    /* and dcp_parse as callers use it gives the plain parse's error */
+    struct ckpt *c = NULL;
+    struct ckpt_err e3;
+    int r3 = dcp_parse(buf, len, NULL, &c, &e3);
+    cr_assert_eq(r3, r0, "%s", name);
+    if (r0)
+        cr_assert_str_eq(e3.msg, e1.msg, "%s", name);
+    ckpt_free(plain);
+    ckpt_free(fast);
+    ckpt_free(c);
+    free(buf);
+}
+
 Test(dcp_fold, malformed_inputs_the_plain_parse_refuses_are_refused)
 {
     char dir[512];
     snprintf(dir, sizeof(dir), "%s/malformed", CKPTFS_FIXTURES);
-    DIR *d = opendir(dir);
-    cr_assert_not_null(d);
-    struct dirent *e;
-    int n = 0;
-    while ((e = readdir(d))) {
-        size_t l = strlen(e->d_name);
-        if (l < 9 || strcmp(e->d_name + l - 9, ".metadata") != 0)
-            continue;
-        char path[1024];
-        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
-        size_t len;
-        char *buf = slurp(path, &len);
-        cr_assert_not_null(buf, "%s", path);
-        struct ckpt *plain = NULL, *fast = NULL;
-        struct ckpt_err e1, e2;
-        int r0 = parse(buf, len, 0, &plain, &e1), r1 = parse(buf, len, 1, &fast, &e2);
-        if (r0)
-            cr_assert_neq(r1, 0, "%s: folded parse accepts what the plain one refuses (%s)",
-                          e->d_name, e1.msg);
-        else if (r1 == 0)
-            model_eq(fast, plain, e->d_name);
-        /* and dcp_parse as callers use it gives the plain parse's error */
-        struct ckpt *c = NULL;
-        struct ckpt_err e3;
-        int r3 = dcp_parse(buf, len, NULL, &c, &e3);
-        cr_assert_eq(r3, r0, "%s", e->d_name);
-        if (r0)
-            cr_assert_str_eq(e3.msg, e1.msg, "%s", e->d_name);
-        ckpt_free(plain);
-        ckpt_free(fast);
-        ckpt_free(c);
-        free(buf);
-        n++;
-    }
-    closedir(d);
+    int n = for_each_metadata(dir, refused_as_plainly, NULL);
     cr_assert_gt(n, 40, "found %d malformed pickles", n);
 }

@@ -30,6 +30,29 @@ static inline char *slurp(const char *path, size_t *n)
     return b;
 }
 
+/* Call fn(path, name, arg) for every file NAME ending in ".metadata" in dir
+ * (a fixtures folder); returns how many. Fails the test if dir cannot be
+ * opened. */
+typedef void (*metadata_fn)(const char *path, const char *name, void *arg);
+static inline int for_each_metadata(const char *dir, metadata_fn fn, void *arg)
+{
+    DIR *d = opendir(dir);
+    cr_assert_not_null(d, "%s", dir);
+    struct dirent *e;
+    int n = 0;
+    while ((e = readdir(d))) {
+        size_t l = strlen(e->d_name);
+        if (l < 9 || strcmp(e->d_name + l - 9, ".metadata") != 0)
+            continue;
+        char path[1024];
+        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+        fn(path, e->d_name, arg);
+        n++;
+    }
+    closedir(d);
+    return n;
+}
+
 /* Remove path and everything below it (a test's scratch directory). */
 static inline void rm_tree(const char *path)
 {
