@@ -275,6 +275,20 @@ static void replace_on_read(void *arg, const struct mem_call *call)
     replace_metadata();
 }
 
+/* The mount's stored index (cache_dir/index), read-only, in a read
+ * transaction; the caller ends both. */
+static void open_stored_index(struct idxdb **db, struct idxdb_txn **t)
+{
+    char dir[128];
+    snprintf(dir, sizeof dir, "%s/index", cache_dir);
+    struct idxdb_options o;
+    idxdb_options_default(&o);
+    o.flags = IDXDB_RDONLY;
+    struct ckpt_err e;
+    cr_assert_eq(idxdb_open(dir, &o, db, &e), 0, "%s", e.msg);
+    cr_assert_eq(idxdb_begin(*db, t, &e), 0);
+}
+
 Test(ckindex, metadata_replaced_during_the_build_is_indexed_under_its_own_fingerprint)
 {
     struct store_stat md = stat_of("ck/.metadata");
@@ -288,17 +302,11 @@ Test(ckindex, metadata_replaced_during_the_build_is_indexed_under_its_own_finger
     close_index();
 
     /* What the index holds is fingerprinted as the version it was built from. */
-    char dir[128], want[IDXDB_FP_MAX];
-    snprintf(dir, sizeof dir, "%s/index", cache_dir);
+    char want[IDXDB_FP_MAX];
     store_fingerprint(&now, want, sizeof want);
-    struct idxdb_options o;
-    idxdb_options_default(&o);
-    o.flags = IDXDB_RDONLY;
     struct idxdb *db;
-    struct ckpt_err e;
-    cr_assert_eq(idxdb_open(dir, &o, &db, &e), 0, "%s", e.msg);
     struct idxdb_txn *t;
-    cr_assert_eq(idxdb_begin(db, &t, &e), 0);
+    open_stored_index(&db, &t);
     struct idxdb_ckpt c;
     cr_assert_eq(idxdb_ckpt_get(t, "mem://test/ck", &c), 0);
     cr_assert_eq(c.fingerprint_len, strlen(want), "%.*s", (int)c.fingerprint_len, c.fingerprint);
@@ -401,16 +409,9 @@ Test(ckindex, an_older_build_ending_last_leaves_the_newer_index)
 /* The file records of ck's stored index: present and size by name. */
 static void stored_file(const char *name, int *present, uint64_t *size)
 {
-    char dir[128];
-    snprintf(dir, sizeof dir, "%s/index", cache_dir);
-    struct idxdb_options o;
-    idxdb_options_default(&o);
-    o.flags = IDXDB_RDONLY;
     struct idxdb *db;
-    struct ckpt_err e;
-    cr_assert_eq(idxdb_open(dir, &o, &db, &e), 0, "%s", e.msg);
     struct idxdb_txn *t;
-    cr_assert_eq(idxdb_begin(db, &t, &e), 0);
+    open_stored_index(&db, &t);
     struct idxdb_ckpt c;
     uint32_t file;
     struct idxdb_file f;
