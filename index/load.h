@@ -1,7 +1,7 @@
 /*
  * index/load.h - find and load checkpoints through a small file-access
  * interface, so the same code serves a local directory (ckptfs-admin), an
- * S3 prefix (through fs/store.h) or a mount.
+ * S3 prefix (through fs/store/store.h) or a mount.
  *
  * struct ckpt_io mirrors the store interface: paths are relative to the
  * io's root, '/'-separated, no leading slash, "" = the root; functions return

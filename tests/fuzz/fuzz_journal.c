@@ -1,6 +1,6 @@
 /*
  * tests/fuzz/fuzz_journal.c - libFuzzer target for the crash journal's
- * record decoder (fs/journal.c): a damaged record on disk must be refused,
+ * record decoder (fs/write/journal.c): a damaged record on disk must be refused,
  * never trusted or overrun. Every accepted record must encode back to the
  * very same bytes (so nothing in it was misread).
  */

@@ -1,5 +1,5 @@
 /*
- * tests/unit/test_ckey.c - index/ckey.c: the canonical checkpoint location
+ * tests/unit/test_ckey.c - fs/store/ckey.c: the canonical checkpoint location
  * both the mount and ckptfs-admin key the index by.
  */
 #include <criterion/criterion.h>

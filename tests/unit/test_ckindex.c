@@ -1,5 +1,5 @@
 /*
- * tests/unit/test_ckindex.c - fs/ckindex.c, the mount's checkpoint indexes:
+ * tests/unit/test_ckindex.c - fs/read/ckindex.c, the mount's checkpoint indexes:
  * built in the background from the store, reused when the stored
  * fingerprint matches (a remount), rebuilt when .metadata changes, pinned to
  * the .metadata version it fingerprints, failed once for a bad .metadata,

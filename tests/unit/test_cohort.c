@@ -1,5 +1,5 @@
 /*
- * tests/unit/test_cohort.c - the table of saved ranks being loaded (fs/cohort.h).
+ * tests/unit/test_cohort.c - the table of saved ranks being loaded (fs/read/cohort.h).
  */
 #include <criterion/criterion.h>
 #include <stdio.h>

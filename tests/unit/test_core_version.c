@@ -1,6 +1,6 @@
 /*
  * tests/unit/test_core_version.c - an open file keeps the version it opened
- * (fs/core.c): while the object is replaced on the store, lookups and
+ * (fs/core/core.c): while the object is replaced on the store, lookups and
  * listings of its path report the opened size (the kernel keeps one size per
  * path), reads the opened version can no longer serve fail with ESTALE,
  * and the new version shows once the handle is released. Over the in-memory

@@ -1,4 +1,4 @@
-/* tests/unit/test_cpu_pressure.c - the PSI reader (fs/cpu_pressure.c): the
+/* tests/unit/test_cpu_pressure.c - the PSI reader (fs/util/cpu_pressure.c): the
  * "some" line's total parsed strictly, and shares taken over windows of at
  * least CPU_PRESSURE_WINDOW from a file the test rewrites between readings. */
 #include "cpu_pressure.h"

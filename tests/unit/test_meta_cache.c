@@ -1,5 +1,5 @@
 /*
- * tests/unit/test_meta_cache.c - the core's metadata cache (fs/core.c):
+ * tests/unit/test_meta_cache.c - the core's metadata cache (fs/core/core.c):
  * attributes and negative lookups answer from memory for attr_timeout
  * seconds, then the store is asked again; attr_timeout 0 caches nothing;
  * core_meta_forget drops one entry at once; lookups in one directory at

@@ -1,4 +1,4 @@
-/* tests/unit/test_prefetch.c - the item prefetch rule (fs/prefetch.c) against
+/* tests/unit/test_prefetch.c - the item prefetch rule (fs/read/prefetch.c) against
  * simulated loads: a file of equal items back to back, read the way torch.load
  * reads an item (header page, a seek to the item's end, then the data),
  * sometimes followed by the kernel reading past it. Counts the bytes the rule

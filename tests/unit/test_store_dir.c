@@ -1,4 +1,4 @@
-/* tests/unit/test_store_dir.c - the local-directory store (fs/store_dir.c):
+/* tests/unit/test_store_dir.c - the local-directory store (fs/store/store_dir.c):
  * reads (stat, list, read, open_fd, refused paths) and writes with S3's
  * semantics (put, multipart, copy: byte-exact, never visible partially,
  * temporary files hidden and cleaned up; remove, mkdir, rmdir, rename and

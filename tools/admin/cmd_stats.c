@@ -1,7 +1,7 @@
 /*
  * tools/admin/cmd_stats.c - the stats verb: a mount's counters since it
  * started, read from the user.ckptfs.stats attribute of its root (the
- * daemon's JSON, fs/core.c core_stats_json), shown as a summary, passed on
+ * daemon's JSON, fs/core/core.c core_stats_json), shown as a summary, passed on
  * as JSON, or sampled every few seconds as rates per second (--watch).
  */
 #include <errno.h>

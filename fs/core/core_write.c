@@ -1,0 +1,494 @@
+/*
+ * fs/core/core_write.c - the core's calls that change files and names (see
+ * core.h): create, open for writing, write, truncate, close and fsync,
+ * unlink, mkdir, rmdir, rename, sync. Bytes and uploads are the staging
+ * area's business (stage.h); this file decides what each call means for
+ * the store and the namespace, and keeps the metadata cache in step.
+ */
+#include "clock.h"
+#include "core_internal.h"
+
+#include "log.h"
+#include "strutil.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#ifndef RENAME_NOREPLACE
+#define RENAME_NOREPLACE (1 << 0)
+#endif
+#ifndef RENAME_EXCHANGE
+#define RENAME_EXCHANGE (1 << 1)
+#endif
+
+int core_writable(const struct core *core)
+{
+    return core->stage != NULL;
+}
+
+/* The parent of spath exists as a directory: 0, -ENOENT or -ENOTDIR. */
+static int check_parent(struct core *core, const char *spath)
+{
+    if (!strchr(spath, '/'))
+        return 0; /* in the root */
+    char dir[4096];
+    struct store_stat st;
+    int rc = path_dir(spath, dir, sizeof dir);
+    if (rc == 0)
+        rc = core_lookup(core, dir, &st);
+    return rc < 0 ? rc : st.is_dir ? 0 : -ENOTDIR;
+}
+
+/* A handle on wf (whose reference it takes over). */
+static int handle_for(struct core *core, struct wfile *wf, int writable, struct core_file **out)
+{
+    struct core_file *f = core_file_new();
+    if (!f) {
+        stage_put(core->stage, wf);
+        return -ENOMEM;
+    }
+    f->wf = wf;
+    f->writable = writable;
+    if (writable)
+        stage_writer_open(core->stage, wf);
+    core_file_link(core, f);
+    *out = f;
+    return 0;
+}
+
+/* 0 if the store can hold an object named spath (else -ENAMETOOLONG or
+ * -EINVAL, at create or rename rather than at every upload). */
+static int check_name(struct core *core, const char *spath)
+{
+    struct store *s = core->store;
+    return s->ops->check_name ? s->ops->check_name(s, spath) : 0;
+}
+
+/* An entry was created, removed or renamed at spath: its directory changed
+ * now (POSIX; the store may not show it, dirtime.h). */
+static void entry_changed(struct core *core, const char *spath)
+{
+    char dir[4096];
+    if (path_dir(spath, dir, sizeof dir) == 0)
+        dirtime_touch(core->dirtimes, dir, wall_ns());
+}
+
+int core_create_file(struct core *core, const char *path, int flags, struct core_file **out)
+{
+    (void)flags;
+    if (!core->stage)
+        return -EROFS;
+    const char *spath = core_store_path(path);
+    int rc = check_name(core, spath);
+    if (rc < 0)
+        return rc;
+    rc = check_parent(core, spath);
+    if (rc < 0)
+        return rc;
+    struct wfile *wf;
+    rc = stage_create(core->stage, spath, &wf);
+    if (rc < 0)
+        return rc;
+    entry_changed(core, spath);
+    char dir[4096];
+    if (path_dir(spath, dir, sizeof dir) == 0)
+        core_keep_listing(core, dir); /* a save: its next files' lookups cost nothing */
+    return handle_for(core, wf, 1, out);
+}
+
+int core_open_write(struct core *core, const char *spath, int flags, struct core_file **out)
+{
+    if (!core->stage)
+        return -EROFS;
+    struct wfile *wf = stage_get(core->stage, spath);
+    if (!wf) {
+        struct store_stat st;
+        int rc = core_lookup_store(core, spath, &st);
+        if (rc < 0)
+            return rc;
+        if (st.is_dir)
+            return -EISDIR;
+        /* O_TRUNC: a new, empty file replaces the object once published;
+         * otherwise the object's bytes are copied to staging to be changed. */
+        rc = flags & O_TRUNC ? stage_create(core->stage, spath, &wf)
+                             : stage_adopt(core->stage, spath, st.etag, st.size, st.size, &wf);
+        if (rc < 0)
+            return rc;
+        flags &= ~O_TRUNC;
+    }
+    struct core_file *f;
+    int rc = handle_for(core, wf, 1, &f);
+    if (rc < 0)
+        return rc;
+    if (flags & O_TRUNC)
+        rc = stage_truncate(core->stage, f->wf, 0);
+    if (rc < 0) {
+        core_release(core, f);
+        return rc;
+    }
+    *out = f;
+    return 0;
+}
+
+ssize_t core_write(struct core *core, struct core_file *f, const void *buf, size_t len,
+                   uint64_t off)
+{
+    if (!f->wf || !f->writable)
+        return -EBADF;
+    return stage_write(core->stage, f->wf, buf, len, off);
+}
+
+int core_write_begin(struct core *core, struct core_file *f, uint64_t off, size_t len)
+{
+    if (!f->wf || !f->writable)
+        return -EBADF;
+    return stage_write_begin(core->stage, f->wf, off, len);
+}
+
+void core_write_end(struct core *core, struct core_file *f, uint64_t off, size_t len,
+                    ssize_t written)
+{
+    stage_write_end(core->stage, f->wf, off, len, written);
+}
+
+int core_truncate(struct core *core, const char *path, struct core_file *f, uint64_t size)
+{
+    if (!core->stage)
+        return -EROFS;
+    if (f && f->wf)
+        return stage_truncate(core->stage, f->wf, size);
+    const char *spath = core_store_path(path);
+    struct wfile *wf = stage_get(core->stage, spath);
+    if (!wf) {
+        struct store_stat st;
+        int rc = core_lookup_store(core, spath, &st);
+        if (rc < 0)
+            return rc;
+        if (st.is_dir)
+            return -EISDIR;
+        rc =
+            stage_adopt(core->stage, spath, st.etag, st.size, size < st.size ? size : st.size, &wf);
+        if (rc < 0)
+            return rc;
+    }
+    int rc = stage_truncate(core->stage, wf, size);
+    stage_put(core->stage, wf);
+    return rc;
+}
+
+/* The process (thread group) of a thread, from /proc; the thread's own id
+ * if that cannot be read (it is gone, or in no namespace we see). */
+static pid_t process_of(pid_t thread)
+{
+    char path[48], line[128];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)thread);
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return thread;
+    pid_t process = thread;
+    int n;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "Tgid: %d", &n) == 1) {
+            process = n;
+            break;
+        }
+    fclose(f);
+    return process;
+}
+
+void core_file_set_opener(struct core_file *f, pid_t thread)
+{
+    f->opener_thread = thread;
+    f->opener = thread > 0 ? process_of(thread) : 0;
+}
+
+int core_flush(struct core *core, struct core_file *f, pid_t thread)
+{
+    /* The opening thread closes, as a trainer's save does: no /proc read. */
+    if (f->opener && thread > 0 && thread != f->opener_thread && process_of(thread) != f->opener)
+        return 0; /* e.g. a child exiting with an inherited descriptor mid-write */
+    return f->wf && f->writable ? stage_flush(core->stage, f->wf) : 0;
+}
+
+int core_fsync(struct core *core, struct core_file *f)
+{
+    /* A read-only handle wrote nothing: its fsync must not publish what
+     * another handle is in the middle of writing. */
+    return f->wf && f->writable ? stage_fsync(core->stage, f->wf) : 0;
+}
+
+/* Remove spath's object from the store if the store has one. 0 if it was
+ * removed or there was none. */
+static int remove_from_store(struct core *core, const char *spath)
+{
+    struct store_stat st;
+    int rc = core_lookup_store(core, spath, &st);
+    if (rc == -ENOENT)
+        return 0;
+    if (rc == 0 && st.is_dir)
+        return -EISDIR;
+    if (rc == 0)
+        rc = core->store->ops->remove(core->store, spath);
+    if (rc == 0 || rc == -ENOENT)
+        core_meta_put(core, spath, -ENOENT, NULL);
+    return rc == -ENOENT ? 0 : rc;
+}
+
+int core_unlink(struct core *core, const char *path)
+{
+    if (!core->stage)
+        return -EROFS;
+    const char *spath = core_store_path(path);
+    struct store_stat st;
+    int rc = core_lookup(core, spath, &st);
+    if (rc < 0)
+        return rc;
+    if (st.is_dir)
+        return -EISDIR;
+    if (stage_unlink(core->stage, spath) == 0) {
+        /* Staged: what the metadata cache says of the store may predate an
+         * upload; ask the store to remove whatever it has there. */
+        rc = core->store->ops->remove(core->store, spath);
+        if (rc == -ENOENT)
+            rc = 0;
+    } else {
+        rc = remove_from_store(core, spath);
+    }
+    core_meta_put(core, spath, -ENOENT, NULL);
+    if (rc == 0)
+        entry_changed(core, spath);
+    return rc;
+}
+
+int core_mkdir(struct core *core, const char *path)
+{
+    if (!core->stage)
+        return -EROFS;
+    const char *spath = core_store_path(path);
+    if (!*spath)
+        return -EEXIST;
+    int rc = check_parent(core, spath);
+    if (rc < 0)
+        return rc;
+    struct store_stat st;
+    rc = core_lookup(core, spath, &st);
+    if (rc == 0)
+        return -EEXIST;
+    if (rc != -ENOENT)
+        return rc;
+    /* A real directory on the local store, a "dir/" marker on S3: either way
+     * every mount of the store sees it (DCP's coordinator makes the
+     * checkpoint directory and the other nodes' ranks write into it). */
+    rc = core->store->ops->mkdir(core->store, spath);
+    if (rc == 0) {
+        struct store_stat dir = {.is_dir = 1, .mtime_ns = wall_ns()};
+        core_meta_put(core, spath, 0, &dir);
+        core_listing_made(core, spath);
+        core_keep_listing(core, spath); /* made to be written into (a save's directory) */
+        entry_changed(core, spath);
+    }
+    return rc;
+}
+
+int core_rmdir(struct core *core, const char *path)
+{
+    if (!core->stage)
+        return -EROFS;
+    const char *spath = core_store_path(path);
+    if (!*spath)
+        return -EBUSY;
+    struct store_stat st;
+    int rc = core_lookup(core, spath, &st);
+    if (rc < 0)
+        return rc;
+    if (!st.is_dir)
+        return -ENOTDIR;
+    if (stage_busy_below(core->stage, spath))
+        return -ENOTEMPTY;
+    rc = core->store->ops->rmdir(core->store, spath);
+    if (rc == 0) {
+        core_meta_forget_below(core, spath); /* its listing mark too */
+        core_meta_put(core, spath, -ENOENT, NULL);
+        dirtime_forget_below(core->dirtimes, spath);
+        entry_changed(core, spath);
+    }
+    return rc;
+}
+
+/* A listing callback that notes there is at least one entry. */
+static int any_entry(void *arg, const char *name, const struct store_stat *st)
+{
+    (void)name;
+    (void)st;
+    *(int *)arg = 1;
+    return 1; /* one is enough */
+}
+
+/* 1 if anything below directory dir is on the store, 0 if nothing, or a
+ * negative errno. */
+static int stored_below(struct core *core, const char *dir)
+{
+    int any = 0;
+    int rc = core->store->ops->list(core->store, dir, any_entry, &any);
+    return rc < 0 && rc != -ENOENT ? rc : any;
+}
+
+/* Rename a directory: the store renames it if it can (a local directory),
+ * after what is staged below it is on the store; a store of keys (S3)
+ * cannot, unless nothing of it is on the store yet: -EXDEV, so mv copies. */
+static int rename_dir(struct core *core, const char *sfrom, const char *sto)
+{
+    if (core->store->ops->rename) {
+        int rc = stage_sync(core->stage, sfrom);
+        if (rc == 0)
+            rc = core->store->ops->rename(core->store, sfrom, sto);
+        if (rc == 0)
+            rc = stage_rename_dir(core->stage, sfrom, sto);
+        return rc;
+    }
+    int rc = stored_below(core, sfrom);
+    if (rc != 0)
+        return rc < 0 ? rc : -EXDEV;
+    rc = stage_rename_dir(core->stage, sfrom, sto);
+    if (rc == 0 && core->store->ops->mkdir && core->store->ops->rmdir) {
+        /* Its marker moves too (nothing else of it is on the store): the new
+         * name first, so the directory is never missing. */
+        rc = core->store->ops->mkdir(core->store, sto);
+        if (rc == 0 || rc == -EEXIST)
+            rc = core->store->ops->rmdir(core->store, sfrom);
+        if (rc == -ENOENT)
+            rc = 0;
+    }
+    return rc;
+}
+
+/* A directory renamed onto directory sto replaces it if it is empty (as
+ * rename(2) does): 0, or -ENOTEMPTY if something is there, on the store or
+ * staged. A store that renames directories replaces the empty one itself;
+ * on a store of keys, sto's marker stays and the moved names appear below
+ * it. */
+static int replace_empty_dir(struct core *core, const char *sto)
+{
+    if (stage_busy_below(core->stage, sto))
+        return -ENOTEMPTY;
+    int rc = stored_below(core, sto);
+    return rc > 0 ? -ENOTEMPTY : rc;
+}
+
+/* Rename an object that is on the store (not staged). */
+static int rename_stored(struct core *core, const char *sfrom, const struct store_stat *st,
+                         const char *sto)
+{
+    struct store *s = core->store;
+    stage_unlink(core->stage, sto); /* a staged file there is replaced */
+    if (is_commit_name(path_base(sto))) {
+        /* Becoming a .metadata: it must wait for the files it names, like
+         * any staged one. Stage it (a copy of its bytes) under the new name. */
+        struct wfile *wf;
+        int rc = stage_adopt(core->stage, sfrom, st->etag, st->size, st->size, &wf);
+        if (rc == 0) {
+            rc = stage_rename(core->stage, sfrom, sto);
+            stage_put(core->stage, wf);
+        }
+        if (rc == 0)
+            rc = remove_from_store(core, sfrom);
+        return rc;
+    }
+    if (s->ops->rename)
+        return s->ops->rename(s, sfrom, sto);
+    char etag[STORE_ETAG_MAX];
+    stage_wait_sweep(core->stage, sto); /* a large copy is a multipart upload to sto */
+    int rc = s->ops->copy(s, sfrom, st->etag, st->size, sto, etag);
+    if (rc == 0) {
+        struct store_stat ns = *st;
+        memcpy(ns.etag, etag, sizeof ns.etag);
+        core_meta_put(core, sto, 0, &ns);
+        rc = s->ops->remove(s, sfrom);
+        if (rc == -ENOENT)
+            rc = 0;
+    }
+    return rc;
+}
+
+int core_rename(struct core *core, const char *from, const char *to, unsigned flags)
+{
+    if (flags & ~(unsigned)RENAME_NOREPLACE)
+        return -EINVAL; /* RENAME_EXCHANGE, RENAME_WHITEOUT */
+    if (!core->stage)
+        return -EROFS;
+    const char *sfrom = core_store_path(from), *sto = core_store_path(to);
+    struct store_stat sf, stt;
+    int rc = core_lookup(core, sfrom, &sf);
+    if (rc < 0)
+        return rc;
+    int to_rc = core_lookup(core, sto, &stt);
+    if (to_rc < 0 && to_rc != -ENOENT)
+        return to_rc;
+    if (to_rc == 0 && (flags & RENAME_NOREPLACE))
+        return -EEXIST;
+    if (!sf.is_dir && (rc = check_name(core, sto)) < 0)
+        return rc;
+    if ((rc = check_parent(core, sto)) < 0)
+        return rc;
+    if (sf.is_dir) {
+        if (to_rc == 0 && !stt.is_dir)
+            return -ENOTDIR;
+        if (to_rc == 0 && (rc = replace_empty_dir(core, sto)) < 0)
+            return rc;
+        rc = rename_dir(core, sfrom, sto);
+    } else if (to_rc == 0 && stt.is_dir) {
+        return -EISDIR;
+    } else {
+        struct wfile *wf = stage_get(core->stage, sfrom);
+        if (wf) {
+            stage_put(core->stage, wf);
+            struct store_stat old;
+            int on_store = core_lookup_store(core, sfrom, &old) == 0 && !old.is_dir;
+            rc = stage_rename(core->stage, sfrom, sto);
+            if (rc == 0 && on_store)
+                rc = remove_from_store(core, sfrom);
+        } else {
+            rc = rename_stored(core, sfrom, &sf, sto);
+        }
+    }
+    if (rc == 0) {
+        if (sf.is_dir) { /* every name below both changed */
+            core_meta_forget_below(core, sfrom);
+            core_meta_forget_below(core, sto);
+            dirtime_forget_below(core->dirtimes, sfrom);
+        }
+        entry_changed(core, sfrom);
+        entry_changed(core, sto);
+        core_meta_put(core, sfrom, -ENOENT, NULL);
+        core_meta_forget(core, sto);
+        char dir[4096];
+        if (path_dir(sto, dir, sizeof dir) == 0)
+            core_listing_changed(core, dir); /* sto is on the store now, or staged */
+    }
+    return rc;
+}
+
+int core_sync(struct core *core, const char *path)
+{
+    return core->stage ? stage_sync(core->stage, core_store_path(path)) : 0;
+}
+
+unsigned core_name_max(const struct core *core)
+{
+    return core->store->ops->name_max ? core->store->ops->name_max : 1024;
+}
+
+void core_space(struct core *core, uint64_t *total, uint64_t *used)
+{
+    *total = *used = 0;
+    if (core->stage) {
+        struct stage_stats ws;
+        stage_get_stats(core->stage, &ws);
+        *total = ws.budget;
+        *used = ws.staged_bytes;
+    }
+}

@@ -1,0 +1,252 @@
+/*
+ * fs/fuse/main.c - the ckptfs command: options -> store -> mount -> loop.
+ *
+ *   ckptfs [options] STORE MOUNTPOINT
+ *
+ * A straight line: parse options, open and validate the store (so a bad
+ * bucket or credentials fail the mount with a one-line message before we
+ * detach), mount, detach unless -f, start the core's threads, serve until
+ * unmounted or signalled, and unwind in reverse order.
+ */
+#include "core.h"
+#include "log.h"
+#include "ops.h"
+#include "options.h"
+#include "store.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <malloc.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* The kernel caps readahead of a FUSE mount at its bdi's read_ahead_kb
+ * (128 KiB by default) whatever the filesystem asks for, which makes every
+ * sequential read arrive as 128 KiB requests. Raise it for this mount (it
+ * needs root; without it reads still work, just in smaller requests). The
+ * mount's device number comes from /proc/self/mountinfo, because stat() on
+ * the mountpoint would wait for the FUSE INIT we have not answered yet. */
+static void raise_kernel_readahead(const char *mountpoint, unsigned bytes)
+{
+    char real[PATH_MAX], line[4096], mp[PATH_MAX];
+    if (!realpath(mountpoint, real))
+        return;
+    FILE *f = fopen("/proc/self/mountinfo", "r");
+    if (!f)
+        return;
+    unsigned major = 0, minor = 0;
+    int found = 0;
+    while (fgets(line, sizeof line, f)) {
+        unsigned maj, min;
+        if (sscanf(line, "%*d %*d %u:%u %*s %4095s", &maj, &min, mp) == 3 &&
+            strcmp(mp, real) == 0 && strstr(line, "fuse.ckptfs")) {
+            major = maj;
+            minor = min;
+            found = 1; /* keep going: the last match is the newest mount */
+        }
+    }
+    fclose(f);
+    if (!found)
+        return;
+    char path[128];
+    snprintf(path, sizeof path, "/sys/class/bdi/%u:%u/read_ahead_kb", major, minor);
+    FILE *ra = fopen(path, "w");
+    if (!ra) {
+        log_debug("cannot raise kernel readahead (%s): %s", path, strerror(errno));
+        return;
+    }
+    fprintf(ra, "%u\n", bytes / 1024);
+    if (fclose(ra) != 0)
+        log_debug("cannot raise kernel readahead (%s): %s", path, strerror(errno));
+}
+
+/* mkdir -p for the cache directory. */
+static int make_dirs(const char *path)
+{
+    char buf[PATH_MAX];
+    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf)
+        return -ENAMETOOLONG;
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = 0;
+        if (mkdir(buf, 0700) < 0 && errno != EEXIST)
+            return -errno;
+        *p = '/';
+    }
+    if (mkdir(buf, 0700) < 0 && errno != EEXIST)
+        return -errno;
+    return 0;
+}
+
+static int prepare_cache_dir(struct options *o, char *out, size_t outlen)
+{
+    char def[PATH_MAX];
+    const char *dir = o->cache_dir;
+    if (!dir) {
+        const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+        if (xdg && *xdg)
+            snprintf(def, sizeof def, "%s/ckptfs", xdg);
+        else
+            snprintf(def, sizeof def, "%s/.cache/ckptfs", home && *home ? home : "/tmp");
+        dir = def;
+    }
+    int rc = make_dirs(dir);
+    if (rc < 0) {
+        fprintf(stderr, "ckptfs: cannot create cache directory '%s': %s\n", dir, strerror(-rc));
+        return rc;
+    }
+    if (!realpath(dir, out)) {
+        fprintf(stderr, "ckptfs: cache directory '%s': %s\n", dir, strerror(errno));
+        return -errno;
+    }
+    (void)outlen;
+    return 0;
+}
+
+/* Fetch buffers have their own pool (bufpool.c); what is left on the heap
+ * per read is libfuse's 1 MiB reply buffer. glibc's default maps the first
+ * ones afresh (a page fault per 4 KiB) until its dynamic threshold catches
+ * up: serve them from the heap from the start and keep freed memory. */
+static void tune_allocator(void)
+{
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    mallopt(M_TRIM_THRESHOLD, 256 << 20);
+}
+
+int main(int argc, char **argv)
+{
+    tune_allocator();
+    struct options o;
+    options_defaults(&o);
+    int prc = options_parse(argc, argv, &o);
+    if (prc != 0)
+        return prc > 0 ? 0 : 2;
+
+    struct stat mst;
+    if (stat(o.mountpoint, &mst) < 0) {
+        fprintf(stderr, "ckptfs: mountpoint '%s': %s\n", o.mountpoint, strerror(errno));
+        return 1;
+    }
+    if (!S_ISDIR(mst.st_mode)) {
+        fprintf(stderr, "ckptfs: mountpoint '%s' is not a directory\n", o.mountpoint);
+        return 1;
+    }
+    /* The daemon changes to / when it detaches: a relative mountpoint would
+     * name another directory by the time it unmounts. */
+    char mountpoint[PATH_MAX];
+    if (!realpath(o.mountpoint, mountpoint)) {
+        fprintf(stderr, "ckptfs: mountpoint '%s': %s\n", o.mountpoint, strerror(errno));
+        return 1;
+    }
+    o.mountpoint = mountpoint;
+    /* Opened here, before the daemon changes to / and points stderr at
+     * /dev/null; it becomes stderr once detached. */
+    int log_fd = -1;
+    if (o.log_file && !o.foreground) {
+        log_fd = open(o.log_file, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+        if (log_fd < 0) {
+            fprintf(stderr, "ckptfs: log file '%s': %s\n", o.log_file, strerror(errno));
+            return 1;
+        }
+    }
+    char cache_dir[PATH_MAX];
+    if (prepare_cache_dir(&o, cache_dir, sizeof cache_dir) < 0)
+        return 1;
+
+    char err[512] = "";
+    struct store *store = NULL;
+    if (store_open(o.store_url, &o.store, &store, err, sizeof err) < 0) {
+        fprintf(stderr, "ckptfs: %s\n", err[0] ? err : "cannot open store");
+        return 1;
+    }
+
+    options_add_fuse(&o, "fsname=ckptfs,subtype=ckptfs,default_permissions");
+    struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
+    int rc = 1;
+    struct fuse *fuse = NULL;
+    struct core *core = NULL;
+    struct ops_context octx = {.attr_timeout = o.core.attr_timeout,
+                               .max_readahead = o.max_readahead};
+    if (fuse_opt_add_arg(&args, argv[0]) || fuse_opt_add_arg(&args, "-o") ||
+        fuse_opt_add_arg(&args, o.fuse_opts) || (o.debug && fuse_opt_add_arg(&args, "-d"))) {
+        fprintf(stderr, "ckptfs: out of memory\n");
+        goto out_store;
+    }
+    fuse = fuse_new(&args, ckptfs_fuse_operations(), sizeof(struct fuse_operations), &octx);
+    if (!fuse) {
+        fprintf(stderr, "ckptfs: invalid FUSE options '%s'\n", o.fuse_opts);
+        goto out_args;
+    }
+    if (fuse_mount(fuse, o.mountpoint) != 0) {
+        fprintf(stderr,
+                "ckptfs: cannot mount on '%s' (is fuse3 installed and /dev/fuse "
+                "usable?)\n",
+                o.mountpoint);
+        goto out_fuse;
+    }
+    raise_kernel_readahead(o.mountpoint, o.max_readahead);
+    /* libfuse leaves a signal alone when it was ignored at start, and a shell
+     * starts background jobs (`ckptfs -f ... &` in a script) with SIGINT
+     * ignored: then `kill -INT` would not unmount. Every one of these signals
+     * means "unmount and exit" for ckptfs, however it was started. */
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    signal(SIGHUP, SIG_DFL);
+    if (fuse_set_signal_handlers(fuse_get_session(fuse)) != 0)
+        goto out_unmount;
+    if (fuse_daemonize(o.foreground) != 0)
+        goto out_signals;
+    if (log_fd >= 0)
+        dup2(log_fd, STDERR_FILENO);
+    else if (!o.foreground)
+        log_use_syslog(1);
+
+    /* Threads start only now: fuse_daemonize forks. */
+    o.core.cache_dir = cache_dir;
+    o.core.kernel_readahead = o.max_readahead;
+    rc = core_create(store, &o.core, &core);
+    if (rc < 0) {
+        log_error("cannot start: %s", strerror(-rc));
+        rc = 1;
+        goto out_signals;
+    }
+    octx.core = core;
+    log_info("mounted %s on %s (cache %llu MiB, cache dir %s, %s)", store->description,
+             o.mountpoint, (unsigned long long)(o.core.cache_size >> 20), cache_dir,
+             !core_writable(core)        ? "read-only"
+             : o.core.stage.fsync_remote ? "fsync remote"
+                                         : "fsync staged");
+
+    /* The loop returns 0 after an unmount, the signal number after SIGINT/
+     * SIGTERM/SIGHUP (both clean shutdowns) and -1 on error. */
+    int loop_rc;
+    if (o.single_thread) {
+        loop_rc = fuse_loop(fuse);
+    } else {
+        struct fuse_loop_config lc = {.clone_fd = 0, .max_idle_threads = 16};
+        loop_rc = fuse_loop_mt(fuse, &lc);
+    }
+    rc = loop_rc < 0 ? 1 : 0;
+    log_info("unmounting %s", o.mountpoint);
+
+out_signals:
+    fuse_remove_signal_handlers(fuse_get_session(fuse));
+out_unmount:
+    fuse_unmount(fuse);
+out_fuse:
+    fuse_destroy(fuse);
+    core_destroy(core);
+out_args:
+    fuse_opt_free_args(&args);
+out_store:
+    store_destroy(store);
+    if (log_fd >= 0)
+        close(log_fd);
+    return rc;
+}

@@ -1,0 +1,373 @@
+/*
+ * fs/fuse/ops.c - FUSE adapter (high-level, path-based API).
+ *
+ * Each callback unpacks the request, calls the core, and returns its
+ * result; nothing here decides filesystem behaviour. The open file's
+ * struct core_file travels in fi->fh, so calls on an open file never need
+ * its path (which is gone after an unlink: hard_remove). Statistics are
+ * served as the extended attribute user.ckptfs.stats of the mount root;
+ * reading user.ckptfs.sync of a directory waits until everything written
+ * below it is on the store (the kernel does not pass syncfs to FUSE).
+ */
+#include "ops.h"
+
+#include "core.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <sys/statvfs.h>
+#include <stdlib.h>
+#include <string.h>
+
+static struct ops_context *ctx(void)
+{
+    return fuse_get_context()->private_data;
+}
+
+static void *op_init(struct fuse_conn_info *conn, struct fuse_config *cfg)
+{
+    struct ops_context *c = ctx();
+    cfg->entry_timeout = c->attr_timeout;
+    cfg->attr_timeout = c->attr_timeout;
+    cfg->negative_timeout = c->attr_timeout;
+    cfg->use_ino = 0;
+    cfg->kernel_cache = 0; /* decided per open from the object's version */
+    cfg->hard_remove = 1;  /* unlink means unlink: no .fuse_hidden renames */
+    conn->max_readahead = c->max_readahead;
+    conn->max_write = 1u << 20; /* also raises max_pages, so reads of 1 MiB */
+    conn->max_background = 64;
+    /* Let the kernel splice file-descriptor replies (local store) into the
+     * reader's pages instead of copying them through us. */
+    if (conn->capable & FUSE_CAP_SPLICE_WRITE)
+        conn->want |= FUSE_CAP_SPLICE_WRITE;
+    if (conn->capable & FUSE_CAP_SPLICE_MOVE)
+        conn->want |= FUSE_CAP_SPLICE_MOVE;
+    /* ... and hand written bytes to us in a pipe, to splice into staging.
+     * (libfuse 3.14 does so only if its pipe can hold a whole request, over
+     * 1 MiB: with fs.pipe-max-size raised or CAP_SYS_RESOURCE; otherwise it
+     * reads requests into memory, and fuse_buf_copy writes them.) */
+    if (conn->capable & FUSE_CAP_SPLICE_READ)
+        conn->want |= FUSE_CAP_SPLICE_READ;
+    conn->congestion_threshold = 48;
+    return c;
+}
+
+static struct core_file *handle(const struct fuse_file_info *fi)
+{
+    return (struct core_file *)(uintptr_t)fi->fh;
+}
+
+static int op_getattr(const char *path, struct stat *st, struct fuse_file_info *fi)
+{
+    if (fi && fi->fh)
+        return core_fgetattr(ctx()->core, handle(fi), st);
+    return core_getattr(ctx()->core, path, st);
+}
+
+struct fill_ctx {
+    void *buf;
+    fuse_fill_dir_t filler;
+};
+
+static int fill_one(void *arg, const char *name, const struct stat *st)
+{
+    struct fill_ctx *fc = arg;
+    return fc->filler(fc->buf, name, st, 0, FUSE_FILL_DIR_PLUS);
+}
+
+static int op_readdir(const char *path, void *buf, fuse_fill_dir_t filler, off_t off,
+                      struct fuse_file_info *fi, enum fuse_readdir_flags flags)
+{
+    (void)off;
+    (void)fi;
+    (void)flags;
+    struct stat dot;
+    int rc = core_getattr(ctx()->core, path, &dot);
+    if (rc < 0)
+        return rc;
+    filler(buf, ".", &dot, 0, 0);
+    filler(buf, "..", NULL, 0, 0);
+    struct fill_ctx fc = {.buf = buf, .filler = filler};
+    return core_readdir(ctx()->core, path, fill_one, &fc);
+}
+
+/* A write-only descriptor's bytes go to us without a copy into the kernel's
+ * page cache for the file (direct_io): one copy less per written byte. Not
+ * for read-write descriptors, which a shared mmap needs and which libfuse
+ * 3.14 cannot map with direct_io (FUSE_DIRECT_IO_ALLOW_MMAP is newer). */
+static void write_only_direct(struct fuse_file_info *fi)
+{
+    if ((fi->flags & O_ACCMODE) == O_WRONLY)
+        fi->direct_io = 1;
+}
+
+/* A handle that may write remembers the thread that opened it: only a
+ * close by that thread's process seals it (core_flush). */
+static void note_opener(struct core_file *f, const struct fuse_file_info *fi)
+{
+    if ((fi->flags & O_ACCMODE) != O_RDONLY)
+        core_file_set_opener(f, fuse_get_context()->pid);
+}
+
+static int op_open(const char *path, struct fuse_file_info *fi)
+{
+    struct core_file *f;
+    int keep = 0;
+    int rc = core_open(ctx()->core, path, fi->flags, &f, &keep);
+    if (rc < 0)
+        return rc;
+    fi->fh = (uint64_t)(uintptr_t)f;
+    fi->keep_cache = keep;
+    note_opener(f, fi);
+    write_only_direct(fi);
+    return 0;
+}
+
+static int op_create(const char *path, mode_t mode, struct fuse_file_info *fi)
+{
+    (void)mode; /* modes are the mount's: 0644 files, 0755 directories */
+    struct core_file *f;
+    int rc = core_create_file(ctx()->core, path, fi->flags, &f);
+    if (rc < 0)
+        return rc;
+    fi->fh = (uint64_t)(uintptr_t)f;
+    note_opener(f, fi);
+    write_only_direct(fi);
+    return 0;
+}
+
+/* Writes come as a buffer vector: memory, or with splice a pipe holding the
+ * bytes the kernel sent, which fuse_buf_copy splices into the staging file. */
+static int op_write_buf(const char *path, struct fuse_bufvec *in, off_t off,
+                        struct fuse_file_info *fi)
+{
+    (void)path;
+    size_t len = fuse_buf_size(in);
+    if (off < 0)
+        return -EINVAL;
+    if (len == 0)
+        return 0;
+    struct core_file *f = handle(fi);
+    int fd = core_write_begin(ctx()->core, f, (uint64_t)off, len);
+    if (fd < 0)
+        return fd;
+    struct fuse_bufvec dst = FUSE_BUFVEC_INIT(len);
+    dst.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
+    dst.buf[0].fd = fd;
+    dst.buf[0].pos = off;
+    ssize_t n = fuse_buf_copy(&dst, in, 0);
+    core_write_end(ctx()->core, f, (uint64_t)off, len, n);
+    return (int)n;
+}
+
+static int op_truncate(const char *path, off_t size, struct fuse_file_info *fi)
+{
+    if (size < 0)
+        return -EINVAL;
+    return core_truncate(ctx()->core, path, fi && fi->fh ? handle(fi) : NULL, (uint64_t)size);
+}
+
+static int op_flush(const char *path, struct fuse_file_info *fi)
+{
+    (void)path;
+    return core_flush(ctx()->core, handle(fi), fuse_get_context()->pid);
+}
+
+static int op_fsync(const char *path, int datasync, struct fuse_file_info *fi)
+{
+    (void)path;
+    (void)datasync; /* the staging file's metadata is ours: fdatasync either way */
+    return core_fsync(ctx()->core, handle(fi));
+}
+
+static int op_fsyncdir(const char *path, int datasync, struct fuse_file_info *fi)
+{
+    (void)datasync;
+    (void)fi;
+    return core_sync(ctx()->core, path);
+}
+
+static int op_unlink(const char *path)
+{
+    return core_unlink(ctx()->core, path);
+}
+
+static int op_mkdir(const char *path, mode_t mode)
+{
+    (void)mode;
+    return core_mkdir(ctx()->core, path);
+}
+
+static int op_rmdir(const char *path)
+{
+    return core_rmdir(ctx()->core, path);
+}
+
+static int op_rename(const char *from, const char *to, unsigned int flags)
+{
+    return core_rename(ctx()->core, from, to, flags);
+}
+
+/* Modes, owners and times are the mount's: accepted and ignored where the
+ * file exists, so tools that set them (cp -p, tar, torch) work. */
+static int op_chmod(const char *path, mode_t mode, struct fuse_file_info *fi)
+{
+    (void)mode;
+    struct stat st;
+    return fi && fi->fh ? 0 : core_getattr(ctx()->core, path, &st);
+}
+
+static int op_chown(const char *path, uid_t uid, gid_t gid, struct fuse_file_info *fi)
+{
+    (void)uid;
+    (void)gid;
+    struct stat st;
+    return fi && fi->fh ? 0 : core_getattr(ctx()->core, path, &st);
+}
+
+static int op_utimens(const char *path, const struct timespec tv[2], struct fuse_file_info *fi)
+{
+    (void)tv;
+    struct stat st;
+    return fi && fi->fh ? 0 : core_getattr(ctx()->core, path, &st);
+}
+
+static int op_statfs(const char *path, struct statvfs *sv)
+{
+    (void)path;
+    const unsigned long bsize = 1u << 20;
+    uint64_t total, used;
+    core_space(ctx()->core, &total, &used);
+    memset(sv, 0, sizeof *sv);
+    sv->f_bsize = sv->f_frsize = bsize;
+    /* The store is as large as it is; what limits a writer is staging. */
+    sv->f_blocks = total / bsize;
+    sv->f_bfree = sv->f_bavail = total > used ? (total - used) / bsize : 0;
+    sv->f_files = 1u << 30;
+    sv->f_ffree = sv->f_favail = 1u << 30;
+    sv->f_namemax = core_name_max(ctx()->core);
+    return 0;
+}
+
+/* Reads come back as a buffer vector: a file descriptor of the store (the
+ * kernel splices from it, no copy through us) when the store has one, else
+ * memory filled from the cache. libfuse frees the vector and its memory. */
+static int op_read_buf(const char *path, struct fuse_bufvec **bufp, size_t size, off_t off,
+                       struct fuse_file_info *fi)
+{
+    (void)path;
+    if (off < 0)
+        return -EINVAL;
+    struct core_file *f = handle(fi);
+    struct fuse_bufvec *bv = malloc(sizeof *bv);
+    if (!bv)
+        return -ENOMEM;
+    int fd;
+    size_t n;
+    if (core_read_direct(ctx()->core, f, (uint64_t)off, size, &fd, &n)) {
+        *bv = (struct fuse_bufvec)FUSE_BUFVEC_INIT(n);
+        bv->buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
+        bv->buf[0].fd = fd;
+        bv->buf[0].pos = off;
+        *bufp = bv;
+        return 0;
+    }
+    char *mem = malloc(size ? size : 1);
+    if (!mem) {
+        free(bv);
+        return -ENOMEM;
+    }
+    ssize_t got = core_read(ctx()->core, f, mem, size, (uint64_t)off);
+    if (got < 0) {
+        free(mem);
+        free(bv);
+        return (int)got;
+    }
+    *bv = (struct fuse_bufvec)FUSE_BUFVEC_INIT((size_t)got);
+    bv->buf[0].mem = mem;
+    *bufp = bv;
+    return 0;
+}
+
+static int op_release(const char *path, struct fuse_file_info *fi)
+{
+    (void)path;
+    core_release(ctx()->core, (struct core_file *)(uintptr_t)fi->fh);
+    return 0;
+}
+
+static int op_getxattr(const char *path, const char *name, char *value, size_t size)
+{
+    if (strcmp(name, CKPTFS_SYNC_XATTR) == 0) {
+        struct stat st;
+        int rc = core_getattr(ctx()->core, path, &st);
+        if (rc == 0 && !S_ISDIR(st.st_mode))
+            rc = -ENODATA;
+        if (rc == 0)
+            rc = core_sync(ctx()->core, path);
+        if (rc < 0)
+            return rc;
+        if (size == 0)
+            return 2;
+        if (size < 2)
+            return -ERANGE;
+        memcpy(value, "ok", 2);
+        return 2;
+    }
+    if (strcmp(path, "/") != 0 || strcmp(name, CKPTFS_STATS_XATTR) != 0)
+        return -ENODATA;
+    char tmp[8192];
+    int n = core_stats_json(ctx()->core, tmp, sizeof tmp);
+    if (n < 0 || (size_t)n >= sizeof tmp)
+        return -EIO;
+    if (size == 0)
+        return n;
+    if ((size_t)n > size)
+        return -ERANGE;
+    memcpy(value, tmp, (size_t)n);
+    return n;
+}
+
+static int op_listxattr(const char *path, char *list, size_t size)
+{
+    if (strcmp(path, "/") != 0)
+        return 0;
+    size_t n = sizeof CKPTFS_STATS_XATTR;
+    if (size == 0)
+        return (int)n;
+    if (n > size)
+        return -ERANGE;
+    memcpy(list, CKPTFS_STATS_XATTR, n);
+    return (int)n;
+}
+
+static const struct fuse_operations ckptfs_ops = {
+    .init = op_init,
+    .getattr = op_getattr,
+    .readdir = op_readdir,
+    .open = op_open,
+    .create = op_create,
+    .read_buf = op_read_buf,
+    .write_buf = op_write_buf,
+    .truncate = op_truncate,
+    .flush = op_flush,
+    .fsync = op_fsync,
+    .fsyncdir = op_fsyncdir,
+    .release = op_release,
+    .unlink = op_unlink,
+    .mkdir = op_mkdir,
+    .rmdir = op_rmdir,
+    .rename = op_rename,
+    .chmod = op_chmod,
+    .chown = op_chown,
+    .utimens = op_utimens,
+    .statfs = op_statfs,
+    .getxattr = op_getxattr,
+    .listxattr = op_listxattr,
+};
+
+const struct fuse_operations *ckptfs_fuse_operations(void)
+{
+    return &ckptfs_ops;
+}

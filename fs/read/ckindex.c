@@ -1,0 +1,551 @@
+/*
+ * fs/read/ckindex.c - building, reusing and querying checkpoint indexes for the
+ * mount (see ckindex.h).
+ *
+ * State: a chained hash from checkpoint directory (store path) to what we
+ * know of it: the .metadata fingerprint last noticed, whether its index is
+ * being built, ready (with its id in the LMDB index) or failed. Protected by
+ * ci->lock; builds and lookups run without it (LMDB has its own locking,
+ * and a read transaction per lookup is cheap). A build stores its index
+ * under ci->store_lock and only while its version is still the directory's
+ * current one, so an older build that ends last cannot replace (and so
+ * delete) the index of a newer one. A build reads .metadata
+ * pinned to the ETag it fingerprints (ckpt_io_from_store_pinned): a
+ * .metadata replaced meanwhile is indexed under its own fingerprint, never
+ * under the old one.
+ */
+#include "ckindex.h"
+
+#include "ckpt_io_store.h"
+#include "idxdb.h"
+#include "log.h"
+#include "strutil.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CKINDEX_BUCKETS 1024
+
+enum dir_state { DIR_BUILDING, DIR_READY, DIR_FAILED };
+
+struct ckdir {
+    struct ckdir *next;
+    enum dir_state state;
+    uint64_t id;     /* DIR_READY: the checkpoint's id in the index */
+    uint32_t nfiles; /* DIR_READY: the files its .metadata names */
+    char fingerprint[IDXDB_FP_MAX];
+    char dir[];
+};
+
+struct ckindex {
+    struct store *store;
+    struct workq *wq;
+    struct idxdb *db;
+    char *store_url;
+    ckindex_known_fn known; /* the mount's sizes for builds, or NULL */
+    void *known_arg;
+    atomic_int stopping;
+    pthread_mutex_t lock;
+    pthread_mutex_t store_lock;          /* one build stores and records at a time; before lock */
+    struct ckdir *dirs[CKINDEX_BUCKETS]; /* protected by lock */
+    struct ckindex_stats st;             /* protected by lock */
+};
+
+/* How often a build starts over when .metadata changes while it is read. */
+#define BUILD_TRIES 3
+
+struct build_job {
+    struct ckindex *ci;
+    char fingerprint[IDXDB_FP_MAX];
+    char etag[STORE_ETAG_MAX]; /* of the .metadata version fingerprinted */
+    uint64_t size;             /* ... and its size */
+    /* A .metadata this mount published: its bytes and the files it names
+     * with their sizes on the store (NULL/0: read the store). */
+    void *bytes;
+    size_t len;
+    struct store_file_size *files;
+    size_t nfiles;
+    char dir[];
+};
+
+static void build_job_free(struct build_job *j)
+{
+    for (size_t i = 0; i < j->nfiles; i++)
+        free((char *)j->files[i].name);
+    free(j->files);
+    free(j->bytes);
+    free(j);
+}
+
+static size_t dir_bucket(const char *dir, size_t len)
+{
+    return str_hash(dir, len) % CKINDEX_BUCKETS;
+}
+
+static struct ckdir *dir_find_locked(struct ckindex *ci, const char *dir, size_t len)
+{
+    for (struct ckdir *d = ci->dirs[dir_bucket(dir, len)]; d; d = d->next)
+        if (strlen(d->dir) == len && memcmp(d->dir, dir, len) == 0)
+            return d;
+    return NULL;
+}
+
+/* The index key of a checkpoint directory: the store URL joined with dir. */
+static char *key_of(const struct ckindex *ci, const char *dir)
+{
+    return *dir ? ckpt_path_join(ci->store_url, dir) : strdup(ci->store_url);
+}
+
+/* Record the outcome of a build for the version it was started for. */
+static void finish_build(struct ckindex *ci, const char *dir, const char *fp, enum dir_state state,
+                         uint64_t id, uint32_t nfiles, int reused)
+{
+    pthread_mutex_lock(&ci->lock);
+    struct ckdir *d = dir_find_locked(ci, dir, strlen(dir));
+    if (d && strcmp(d->fingerprint, fp) == 0) {
+        d->state = state;
+        d->id = id;
+        d->nfiles = nfiles;
+        if (state == DIR_READY) {
+            ci->st.ready++;
+            if (reused)
+                ci->st.reused++;
+            else
+                ci->st.built++;
+        } else {
+            ci->st.failed++;
+        }
+    }
+    pthread_mutex_unlock(&ci->lock);
+}
+
+/* Store c as dir's index under key if version fp is still the one noticed
+ * for dir, and record it ready: 0 and *id; -ECANCELED (nothing stored) when
+ * a newer version took over (its own build does the work); or idxdb's error. */
+static int store_if_current(struct ckindex *ci, const char *dir, const char *key, const char *fp,
+                            const struct ckpt *c, uint64_t *id, struct ckpt_err *e)
+{
+    pthread_mutex_lock(&ci->store_lock);
+    pthread_mutex_lock(&ci->lock);
+    struct ckdir *d = dir_find_locked(ci, dir, strlen(dir));
+    int current = d && strcmp(d->fingerprint, fp) == 0;
+    pthread_mutex_unlock(&ci->lock);
+    int rc = current ? idxdb_put(ci->db, key, fp, c, id, e) : -ECANCELED;
+    if (rc == 0)
+        finish_build(ci, dir, fp, DIR_READY, *id, c->nfiles, 0); /* before another build stores */
+    pthread_mutex_unlock(&ci->store_lock);
+    return rc;
+}
+
+/* Reuse the stored index if its fingerprint matches: returns 1, *id and
+ * *nfiles. */
+static int stored_index_matches(struct ckindex *ci, const char *key, const char *fp, uint64_t *id,
+                                uint32_t *nfiles)
+{
+    struct idxdb_txn *t;
+    struct ckpt_err e = {0};
+    if (idxdb_begin(ci->db, &t, &e) != 0)
+        return 0;
+    struct idxdb_ckpt c;
+    int match = idxdb_ckpt_get(t, key, &c) == 0 && c.fingerprint_len == strlen(fp) &&
+                memcmp(c.fingerprint, fp, c.fingerprint_len) == 0;
+    if (match) {
+        *id = c.id;
+        *nfiles = c.nfiles;
+    }
+    idxdb_end(t);
+    return match;
+}
+
+/* The build of dir moves on from version fingerprint from to to (its
+ * .metadata changed under it). 0 if dir has meanwhile been noticed at
+ * another version: that version's own build does the work. */
+static int rebuild_as(struct ckindex *ci, const char *dir, const char *from, const char *to)
+{
+    pthread_mutex_lock(&ci->lock);
+    struct ckdir *d = dir_find_locked(ci, dir, strlen(dir));
+    int mine = d && strcmp(d->fingerprint, from) == 0;
+    if (mine)
+        snprintf(d->fingerprint, sizeof d->fingerprint, "%s", to);
+    pthread_mutex_unlock(&ci->lock);
+    return mine;
+}
+
+/* Parse dir's checkpoint with its .metadata pinned to the version noticed
+ * (etag, size) and store it under key and fp: 0 and *id, -ESTALE if
+ * .metadata is no longer that version, or another error (e says why). The
+ * store sees one GET of .metadata and nothing else: the files are the ones
+ * it names, their sizes what the mount knows (ci->known), no listing. */
+static int build_pinned(struct ckindex *ci, const char *dir, const char *key, const char *etag,
+                        uint64_t size, const char *fp, uint64_t *id, struct ckpt_err *e)
+{
+    char *mpath = ckpt_path_join(dir, ".metadata");
+    if (!mpath)
+        return -ENOMEM;
+    struct ckpt_io_pin pin = {ci->store, mpath, etag, size, ci->known, ci->known_arg};
+    struct ckpt_io io;
+    ckpt_io_from_store_pinned(&io, &pin);
+    struct ckpt_load_options opt;
+    ckpt_load_options_default(&opt);
+    opt.stat_files = CKPT_FILES_KNOWN;
+    struct ckpt *c = NULL;
+    /* A DCP checkpoint for sure (a .metadata was opened): no detection listing. */
+    int rc = ckpt_load_file(&io, dir, ".metadata", &opt, &c, e);
+    if (rc == 0)
+        rc = store_if_current(ci, dir, key, fp, c, id, e);
+    if (rc == 0)
+        log_info("index: built %s (%u items in %u files)", key, c->nitems, c->nfiles);
+    ckpt_free(c);
+    free(mpath);
+    return rc;
+}
+
+/* Build from what this mount published (no store requests): 0, or an error
+ * after which the store is read instead. */
+static int build_from_snapshot(struct ckindex *ci, const struct build_job *j, const char *key,
+                               uint64_t *id, struct ckpt_err *e)
+{
+    char *mpath = ckpt_path_join(j->dir, ".metadata");
+    if (!mpath)
+        return -ENOMEM;
+    struct ckpt_io_snapshot snap = {ci->store, j->dir,   mpath,    j->bytes,
+                                    j->len,    j->files, j->nfiles};
+    struct ckpt_io io;
+    ckpt_io_from_snapshot(&io, &snap);
+    struct ckpt_load_options opt;
+    ckpt_load_options_default(&opt);
+    struct ckpt *c = NULL;
+    int rc = ckpt_load_file(&io, j->dir, ".metadata", &opt, &c, e);
+    if (rc == 0)
+        rc = store_if_current(ci, j->dir, key, j->fingerprint, c, id, e);
+    if (rc == 0)
+        log_info("index: built %s as published (%u items in %u files)", key, c->nitems, c->nfiles);
+    ckpt_free(c);
+    free(mpath);
+    return rc;
+}
+
+static void build_job_run(void *arg)
+{
+    struct build_job *j = arg;
+    struct ckindex *ci = j->ci;
+    uint64_t id = 0;
+    uint32_t nfiles = 0;
+    char *key = key_of(ci, j->dir);
+    for (int tries = 1;; tries++) {
+        if (atomic_load(&ci->stopping) || !key) {
+            finish_build(ci, j->dir, j->fingerprint, DIR_FAILED, 0, 0, 0);
+            break;
+        }
+        if (stored_index_matches(ci, key, j->fingerprint, &id, &nfiles)) {
+            log_info("index: %s is up to date (reused)", key);
+            finish_build(ci, j->dir, j->fingerprint, DIR_READY, id, nfiles, 1);
+            break;
+        }
+        struct ckpt_err e = {0};
+        int rc = -ENOENT;
+        if (j->bytes && tries == 1) {
+            rc = build_from_snapshot(ci, j, key, &id, &e);
+            if (rc != 0 && rc != -ECANCELED) {
+                log_info("index: %s as published: %s; reading the store", key,
+                         e.msg[0] ? e.msg : ckpt_strerror(rc));
+                e = (struct ckpt_err){0};
+            }
+        }
+        if (rc != 0 && rc != -ECANCELED)
+            rc = build_pinned(ci, j->dir, key, j->etag, j->size, j->fingerprint, &id, &e);
+        if (rc == 0 || rc == -ECANCELED) /* stored and recorded, or superseded */
+            break;
+        struct store_stat st;
+        char *mpath =
+            rc == -ESTALE && tries < BUILD_TRIES ? ckpt_path_join(j->dir, ".metadata") : NULL;
+        int restat = mpath && ci->store->ops->stat(ci->store, mpath, &st) == 0 && !st.is_dir;
+        free(mpath);
+        if (restat) {
+            /* Replaced since it was noticed: index the version there now
+             * (under its own fingerprint), unless a newer notice took over. */
+            char fp[IDXDB_FP_MAX];
+            store_fingerprint(&st, fp, sizeof fp);
+            log_info("index: %s/.metadata changed while being indexed; starting over", key);
+            if (!rebuild_as(ci, j->dir, j->fingerprint, fp))
+                break;
+            snprintf(j->fingerprint, sizeof j->fingerprint, "%s", fp);
+            snprintf(j->etag, sizeof j->etag, "%s", st.etag);
+            j->size = st.size;
+            continue;
+        }
+        /* Once per .metadata version: the state stays FAILED until it changes. */
+        log_warn("index: cannot index %s: %s; reads continue without the index", key,
+                 e.msg[0] ? e.msg : ckpt_strerror(rc));
+        finish_build(ci, j->dir, j->fingerprint, DIR_FAILED, 0, 0, 0);
+        break;
+    }
+    free(key);
+    build_job_free(j);
+}
+
+/* The build job for dir, or NULL (already built or building this version,
+ * or out of memory). */
+static struct build_job *notice_job(struct ckindex *ci, const char *dir,
+                                    const struct store_stat *metadata)
+{
+    char fp[IDXDB_FP_MAX];
+    store_fingerprint(metadata, fp, sizeof fp);
+    size_t len = strlen(dir);
+    pthread_mutex_lock(&ci->lock);
+    struct ckdir *d = dir_find_locked(ci, dir, len);
+    if (d && strcmp(d->fingerprint, fp) == 0) {
+        pthread_mutex_unlock(&ci->lock);
+        return NULL; /* this version is built, being built, or known bad */
+    }
+    if (!d) {
+        d = calloc(1, sizeof *d + len + 1);
+        if (!d) {
+            pthread_mutex_unlock(&ci->lock);
+            return NULL;
+        }
+        memcpy(d->dir, dir, len + 1);
+        size_t b = dir_bucket(dir, len);
+        d->next = ci->dirs[b];
+        ci->dirs[b] = d;
+    } else if (d->state == DIR_READY) {
+        ci->st.ready--;
+    }
+    d->state = DIR_BUILDING;
+    snprintf(d->fingerprint, sizeof d->fingerprint, "%s", fp);
+    pthread_mutex_unlock(&ci->lock);
+
+    struct build_job *j = calloc(1, sizeof *j + len + 1);
+    if (!j) {
+        finish_build(ci, dir, fp, DIR_FAILED, 0, 0, 0);
+        return NULL;
+    }
+    j->ci = ci;
+    snprintf(j->fingerprint, sizeof j->fingerprint, "%s", fp);
+    snprintf(j->etag, sizeof j->etag, "%s", metadata->etag);
+    j->size = metadata->size;
+    memcpy(j->dir, dir, len + 1);
+    return j;
+}
+
+static void submit_job(struct ckindex *ci, struct build_job *j)
+{
+    if (workq_submit(ci->wq, build_job_run, j) < 0) {
+        finish_build(ci, j->dir, j->fingerprint, DIR_FAILED, 0, 0, 0);
+        build_job_free(j);
+    }
+}
+
+void ckindex_notice(struct ckindex *ci, const char *dir, const struct store_stat *metadata)
+{
+    struct build_job *j = notice_job(ci, dir, metadata);
+    if (j)
+        submit_job(ci, j);
+}
+
+void ckindex_notice_published(struct ckindex *ci, const char *dir,
+                              const struct store_stat *metadata, const void *bytes, size_t len,
+                              const struct store_file_size *files, size_t nfiles)
+{
+    struct build_job *j = notice_job(ci, dir, metadata);
+    if (!j)
+        return;
+    /* Without memory for the copies the build reads the store. */
+    j->bytes = malloc(len ? len : 1);
+    j->files = calloc(nfiles ? nfiles : 1, sizeof *j->files);
+    for (size_t i = 0; j->bytes && j->files && i < nfiles; i++, j->nfiles++) {
+        j->files[i].size = files[i].size;
+        if (!(j->files[i].name = strdup(files[i].name)))
+            break;
+    }
+    if (j->bytes && j->files && j->nfiles == nfiles) {
+        memcpy(j->bytes, bytes, len);
+        j->len = len;
+    } else {
+        free(j->bytes);
+        j->bytes = NULL;
+    }
+    submit_job(ci, j);
+}
+
+/* A read transaction at the item holding byte off of the file at path:
+ * 0 with *t open (the caller ends it) and *id, *file, *sp filled; -1 when
+ * the file is not in a ready index or no item holds off. */
+static int item_lookup(struct ckindex *ci, const char *path, uint64_t off, struct idxdb_txn **t,
+                       uint64_t *id, uint32_t *file, struct idxdb_span *sp)
+{
+    const char *slash = strrchr(path, '/');
+    size_t dlen = slash ? (size_t)(slash - path) : 0;
+    pthread_mutex_lock(&ci->lock);
+    struct ckdir *d = dir_find_locked(ci, path, dlen);
+    *id = d && d->state == DIR_READY ? d->id : 0;
+    pthread_mutex_unlock(&ci->lock);
+    struct ckpt_err e = {0};
+    if (!*id || idxdb_begin(ci->db, t, &e) != 0)
+        return -1;
+    pthread_mutex_lock(&ci->lock);
+    ci->st.lookups++;
+    pthread_mutex_unlock(&ci->lock);
+    if (idxdb_file_find(*t, *id, slash ? slash + 1 : path, file) == 0 &&
+        idxdb_item_at(*t, *id, *file, off, sp) == 0)
+        return 0;
+    idxdb_end(*t);
+    return -1;
+}
+
+int ckindex_items(struct ckindex *ci, const char *path, uint64_t off, uint64_t budget,
+                  struct ckindex_span *out, int max)
+{
+    struct idxdb_txn *t;
+    uint64_t id;
+    uint32_t file;
+    struct idxdb_span sp;
+    if (max < 1 || item_lookup(ci, path, off, &t, &id, &file, &sp) != 0)
+        return 0;
+    int n = 0;
+    uint64_t total = sp.length;
+    out[n++] = (struct ckindex_span){sp.offset, sp.length};
+    while (n < max && idxdb_layout_next(t, &sp) == 0 && total + sp.length <= budget) {
+        total += sp.length;
+        out[n++] = (struct ckindex_span){sp.offset, sp.length};
+    }
+    idxdb_end(t);
+    return n;
+}
+
+int ckindex_siblings(struct ckindex *ci, const char *path, uint64_t off, struct ckindex_chunk *out,
+                     int max)
+{
+    struct idxdb_txn *t;
+    uint64_t id;
+    uint32_t file;
+    struct idxdb_span sp;
+    if (max < 1 || item_lookup(ci, path, off, &t, &id, &file, &sp) != 0)
+        return 0;
+    int n = 0;
+    struct idxdb_item it;
+    struct idxdb_tensor tn;
+    if (idxdb_item_get(t, id, sp.item, &it) == 0 && it.kind == CKPT_ITEM_TENSOR &&
+        idxdb_tensor_get(t, id, it.tensor, &tn) == 0) {
+        for (uint32_t c = 0; c < tn.nchunks && n < max; c++) {
+            struct idxdb_item ch;
+            struct idxdb_file f;
+            uint32_t item = idxdb_u32(tn.chunk_items, c);
+            if (item == sp.item || idxdb_item_get(t, id, item, &ch) != 0 || ch.file == file ||
+                idxdb_file_get(t, id, ch.file, &f) != 0 || f.name_len >= sizeof out[n].name)
+                continue;
+            memcpy(out[n].name, f.name, f.name_len);
+            out[n].name[f.name_len] = '\0';
+            out[n].rank = f.rank;
+            out[n].offset = ch.offset;
+            out[n].length = ch.length;
+            n++;
+        }
+    }
+    idxdb_end(t);
+    return n;
+}
+
+int ckindex_building(struct ckindex *ci, const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    size_t dlen = slash ? (size_t)(slash - path) : 0;
+    pthread_mutex_lock(&ci->lock);
+    struct ckdir *d = dir_find_locked(ci, path, dlen);
+    int building = d && d->state == DIR_BUILDING;
+    pthread_mutex_unlock(&ci->lock);
+    return building;
+}
+
+int ckindex_is_checkpoint(struct ckindex *ci, const char *dir)
+{
+    pthread_mutex_lock(&ci->lock);
+    int known = dir_find_locked(ci, dir, strlen(dir)) != NULL;
+    pthread_mutex_unlock(&ci->lock);
+    return known;
+}
+
+int64_t ckindex_file_count(struct ckindex *ci, const char *dir)
+{
+    pthread_mutex_lock(&ci->lock);
+    const struct ckdir *d = dir_find_locked(ci, dir, strlen(dir));
+    int64_t n = -1;
+    if (d && d->state != DIR_FAILED)
+        n = d->state == DIR_BUILDING ? 0 : (int64_t)d->nfiles;
+    pthread_mutex_unlock(&ci->lock);
+    return n;
+}
+
+void ckindex_get_stats(struct ckindex *ci, struct ckindex_stats *out)
+{
+    pthread_mutex_lock(&ci->lock);
+    *out = ci->st;
+    pthread_mutex_unlock(&ci->lock);
+}
+
+int ckindex_open(const char *cache_dir, const char *store_url, struct store *store,
+                 struct workq *wq, ckindex_known_fn known, void *known_arg, struct ckindex **out,
+                 char *err, size_t errlen)
+{
+    struct ckindex *ci = calloc(1, sizeof *ci);
+    char *dir = ckpt_path_join(cache_dir, "index");
+    if (!ci || !dir || !(ci->store_url = strdup(store_url))) {
+        free(dir);
+        if (ci)
+            free(ci->store_url);
+        free(ci);
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    struct idxdb_options opt;
+    idxdb_options_default(&opt);
+    opt.flags |= IDXDB_RESET; /* an index of another schema is only a cache: rebuild */
+    struct ckpt_err e = {0};
+    int rc = idxdb_open(dir, &opt, &ci->db, &e);
+    if (rc != 0) {
+        snprintf(err, errlen, "cannot open the index in %s: %s", dir,
+                 e.msg[0] ? e.msg : ckpt_strerror(rc));
+        free(dir);
+        free(ci->store_url);
+        free(ci);
+        return rc < 0 ? rc : -EIO;
+    }
+    free(dir);
+    ci->store = store;
+    ci->wq = wq;
+    ci->known = known;
+    ci->known_arg = known_arg;
+    pthread_mutex_init(&ci->lock, NULL);
+    pthread_mutex_init(&ci->store_lock, NULL);
+    *out = ci;
+    return 0;
+}
+
+void ckindex_cancel(struct ckindex *ci)
+{
+    if (ci)
+        atomic_store(&ci->stopping, 1);
+}
+
+void ckindex_close(struct ckindex *ci)
+{
+    if (!ci)
+        return;
+    for (size_t b = 0; b < CKINDEX_BUCKETS; b++) {
+        struct ckdir *d = ci->dirs[b];
+        while (d) {
+            struct ckdir *next = d->next;
+            free(d);
+            d = next;
+        }
+    }
+    idxdb_close(ci->db);
+    pthread_mutex_destroy(&ci->lock);
+    pthread_mutex_destroy(&ci->store_lock);
+    free(ci->store_url);
+    free(ci);
+}

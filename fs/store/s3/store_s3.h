@@ -1,0 +1,80 @@
+/*
+ * fs/store/s3/store_s3.h - private to the S3 store: its state (struct s3_store),
+ * the key helpers and HEAD shared by store_s3.c (open, stat, list, read) and
+ * store_s3_write.c (put, multipart uploads, copy, remove, rmdir), and the
+ * write operations that s3_ops in store_s3.c points at. Not for other modules.
+ */
+#ifndef CKPTFS_STORE_S3_H
+#define CKPTFS_STORE_S3_H
+
+#include <stdint.h>
+
+#include "s3_client.h"
+#include "store.h"
+
+#define S3_COPY_PART_SIZE (1ull << 30) /* UploadPartCopy part size above STORE_MAX_PART */
+
+struct s3_store {
+    struct store base;
+    struct s3_client *client;     /* NULL until configured */
+    struct creds_provider *creds; /* NULL: anonymous; outlives client */
+    char *bucket;
+    char *prefix; /* "" or "a/b" */
+    char *region;
+    int max_connections, connect_timeout_ms, request_timeout_ms, max_retries;
+    int unsigned_payload; /* store_options.unsigned_payload */
+};
+
+/* The key of a store path: "PREFIX/path", "path", or PREFIX for the root
+ * (malloc'ed; NULL when out of memory). */
+char *s3_store_key(const struct s3_store *s, const char *path);
+
+/* The ListObjectsV2 prefix for the directory at path: "" or "KEY/" (malloc'ed). */
+char *s3_store_dir_prefix(const struct s3_store *s, const char *path);
+
+/* ETags equal once quotes and a weak "W/" marker are ignored. */
+int s3_etag_equal(const char *a, const char *b);
+
+/* HEAD key: size, mtime and etag into *st. 0, -ENOENT on 404, else a
+ * negative errno (logged). */
+int s3_store_head(struct s3_store *s, const char *key, struct store_stat *st);
+
+/* The store_ops write calls of the S3 store (see store.h for each contract). */
+int s3_store_put(struct store *s, const char *path, int fd, uint64_t len,
+                 char etag[STORE_ETAG_MAX]);
+int s3_store_mpu_begin(struct store *s, const char *path, char upload_id[STORE_UPLOAD_ID_MAX]);
+int s3_store_mpu_part(struct store *s, const char *path, const char *upload_id,
+                      struct store_part *part, int fd);
+int s3_store_mpu_complete(struct store *s, const char *path, const char *upload_id,
+                          const struct store_part *parts, size_t n, uint64_t size,
+                          char etag[STORE_ETAG_MAX]);
+int s3_store_mpu_abort(struct store *s, const char *path, const char *upload_id);
+int s3_store_mpu_list(struct store *s, const char *path, store_upload_fn fn, void *arg);
+int s3_store_copy(struct store *s, const char *from, const char *etag, uint64_t size,
+                  const char *to, char etag_out[STORE_ETAG_MAX]);
+int s3_store_remove(struct store *s, const char *path);
+int s3_store_rmdir(struct store *s, const char *path);
+/* An empty "dir/" marker object: the directory exists for every mount. */
+int s3_store_mkdir(struct store *s, const char *path);
+
+/* Server-side copy of key from_key (size bytes, version etag if non-empty,
+ * else the version a HEAD finds) to to_key as a multipart upload of
+ * UploadPartCopy parts of part_size bytes (the last one shorter), completed
+ * in order, aborted on failure. copy() uses it above STORE_MAX_PART with
+ * s3_copy_part_size(size). 0 or a negative errno (-ESTALE: the source changed). */
+int s3_store_copy_multipart(struct s3_store *s, const char *from_key, const char *etag,
+                            uint64_t size, const char *to_key, uint64_t part_size,
+                            char etag_out[STORE_ETAG_MAX]);
+
+/* Pure: the ETag S3 gives the object that parts make, "\"hex-N\"" (the MD5
+ * of the parts' binary MD5s, then the part count), into etag. 0, or -EINVAL
+ * when n is 0 or above STORE_MAX_PARTS or a part's ETag is not a plain MD5
+ * (32 hex digits, quotes optional), -ENOMEM. */
+int s3_multipart_etag(const struct store_part *parts, size_t n, char etag[STORE_ETAG_MAX]);
+
+/* Pure: the UploadPartCopy part size for a size-byte object: S3_COPY_PART_SIZE,
+ * or larger (whole MiB) so the copy needs at most STORE_MAX_PARTS parts; 0 if
+ * even STORE_MAX_PART parts cannot do it. */
+uint64_t s3_copy_part_size(uint64_t size);
+
+#endif

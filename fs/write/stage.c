@@ -1,0 +1,970 @@
+/*
+ * fs/write/stage.c - the staging area (see stage.h and wfile.h).
+ *
+ * Owns: the staging directory (locked against a second mount), the table
+ * of staged files by path and the staging-only directories (the namespace
+ * overlay the core lays over the store), the staging files themselves
+ * (create, write, truncate, adopt an existing object), seals (close,
+ * fsync), renames and unlinks of staged files, the disk budget, sync and
+ * the supervisor thread that runs upload timers and commit checks. Moving
+ * bytes to the store is upload.c's job; deciding when a .metadata may go
+ * is commit.c's; recover.c takes over the journal at mount.
+ */
+#include "clock.h"
+#include "stage.h"
+
+#include "log.h"
+#include "parts.h"
+#include "strutil.h"
+#include "wfile.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/xattr.h>
+#include <sys/statvfs.h>
+#include <time.h>
+#include <unistd.h>
+
+#define ADOPT_CHUNK (8u << 20)
+
+void stage_config_defaults(struct stage_config *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    cfg->part_size = 8ull << 20;
+    cfg->fsync_remote = 1;
+    cfg->budget = 0;
+    cfg->commit_timeout = 600;
+    cfg->upload_workers = 8;
+    cfg->hold_seconds = 30;
+    cfg->retry_max_delay = 60;
+    cfg->upload_yield_max = 10;
+}
+
+/* ---- small helpers ----------------------------------------------------- */
+
+void stage_waiter_enter(struct stage *st)
+{
+    st->upload_waiters++;
+    pthread_cond_broadcast(&st->changed); /* uploads yielding to writers: go */
+}
+
+void stage_waiter_leave(struct stage *st)
+{
+    assert(st->upload_waiters > 0);
+    st->upload_waiters--;
+}
+
+void stage_wait(struct stage *st, double seconds)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    long ns = ts.tv_nsec + (long)((seconds - (double)(long)seconds) * 1e9);
+    ts.tv_sec += (time_t)seconds + ns / 1000000000L;
+    ts.tv_nsec = ns % 1000000000L;
+    pthread_cond_timedwait(&st->changed, &st->lock, &ts);
+}
+
+int is_commit_name(const char *name)
+{
+    size_t n = strlen(name);
+    return n >= 9 && strcmp(name + n - 9, ".metadata") == 0;
+}
+
+int is_hold_name(const char *name)
+{
+    size_t n = strlen(name);
+    return n > 4 && strcmp(name + n - 4, ".tmp") == 0;
+}
+
+int path_below(const char *path, const char *dir)
+{
+    size_t n = strlen(dir);
+    return n == 0 || (strncmp(path, dir, n) == 0 && (path[n] == '/' || path[n] == '\0'));
+}
+
+/* ---- the table --------------------------------------------------------- */
+
+static size_t bucket_of(const char *path)
+{
+    return str_hash(path, strlen(path)) % STAGE_BUCKETS;
+}
+
+struct wfile *stage_find_locked(struct stage *st, const char *path)
+{
+    for (struct wfile *wf = st->table[bucket_of(path)]; wf; wf = wf->hnext)
+        if (strcmp(wf->path, path) == 0)
+            return wf;
+    return NULL;
+}
+
+void table_insert(struct stage *st, struct wfile *wf)
+{
+    size_t b = bucket_of(wf->path);
+    wf->hnext = st->table[b];
+    st->table[b] = wf;
+}
+
+void table_remove(struct stage *st, struct wfile *wf)
+{
+    for (struct wfile **pp = &st->table[bucket_of(wf->path)]; *pp; pp = &(*pp)->hnext) {
+        if (*pp == wf) {
+            *pp = wf->hnext;
+            wf->hnext = NULL;
+            return;
+        }
+    }
+}
+
+/* ---- wfile life -------------------------------------------------------- */
+
+void wfile_ref(struct wfile *wf)
+{
+    assert(wf->refs >= 0);
+    wf->refs++;
+}
+
+int wfile_clean(const struct wfile *wf)
+{
+    return wf->synced_version == wf->version;
+}
+
+int wfile_parts_reserve(struct wfile *wf, uint32_t count)
+{
+    if (count <= wf->nparts)
+        return 0;
+    uint32_t cap = wf->nparts ? wf->nparts : 16;
+    while (cap < count)
+        cap *= 2;
+    struct wpart *p = realloc(wf->parts, cap * sizeof *p);
+    if (!p)
+        return -ENOMEM;
+    memset(p + wf->nparts, 0, (cap - wf->nparts) * sizeof *p);
+    wf->parts = p;
+    wf->nparts = cap;
+    return 0;
+}
+
+void staging_name(uint64_t id, char name[32])
+{
+    snprintf(name, 32, "%016" PRIx64, id);
+}
+
+void wfile_free(struct wfile *wf)
+{
+    if (wf->fd >= 0)
+        close(wf->fd);
+    extents_free(&wf->written);
+    for (size_t i = 0; i < wf->nneeds; i++)
+        free(wf->needs[i].name);
+    free(wf->needs);
+    free(wf->parts);
+    free(wf->upload_key);
+    free(wf->upload_id);
+    free(wf->path);
+    free(wf);
+}
+
+/* Remove wf for good (lock held on entry and exit; unlocks in between). */
+static void wfile_drop(struct stage *st, struct wfile *wf)
+{
+    assert(wf->refs == 0 && wf->jobs == 0);
+    if (!wf->unlinked)
+        table_remove(st, wf);
+    if (wf->prev)
+        wf->prev->next = wf->next;
+    else
+        st->files = wf->next;
+    if (wf->next)
+        wf->next->prev = wf->prev;
+    assert(st->staged_bytes >= wf->size);
+    st->staged_bytes -= wf->size;
+    pthread_mutex_unlock(&st->lock);
+    if (wf->journaled && journal_del(st->journal, wf->id) < 0)
+        log_warn("stage: cannot remove the journal record of %s", wf->path);
+    char name[32];
+    staging_name(wf->id, name);
+    if (unlinkat(st->files_dirfd, name, 0) < 0 && errno != ENOENT)
+        log_warn("stage: cannot remove staging file %s: %s", name, strerror(errno));
+    wfile_free(wf);
+    pthread_mutex_lock(&st->lock);
+    pthread_cond_broadcast(&st->changed);
+}
+
+void wfile_unref(struct stage *st, struct wfile *wf)
+{
+    assert(wf->refs > 0);
+    if (--wf->refs > 0)
+        return;
+    if (wf->unlinked || (wfile_clean(wf) && !st->stopping))
+        wfile_drop(st, wf);
+}
+
+/* A fresh wfile at path with a staging file of its own (lock held; unlocks
+ * to allocate the id). Returned with one reference, not yet in the table. */
+static int wfile_new(struct stage *st, const char *path, struct wfile **out)
+{
+    uint64_t id;
+    pthread_mutex_unlock(&st->lock);
+    int rc = journal_new_id(st->journal, &id);
+    pthread_mutex_lock(&st->lock);
+    if (rc < 0)
+        return rc;
+    struct wfile *wf = calloc(1, sizeof *wf);
+    if (!wf || !(wf->path = strdup(path))) {
+        free(wf);
+        return -ENOMEM;
+    }
+    char name[32];
+    staging_name(id, name);
+    wf->fd = openat(st->files_dirfd, name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (wf->fd < 0) {
+        rc = -errno;
+        log_error("stage: cannot create a staging file in %s: %s", st->files_dir, strerror(-rc));
+        free(wf->path);
+        free(wf);
+        return rc;
+    }
+    wf->id = id;
+    /* A hint for recovery, should a crash come before the journal names it. */
+    fsetxattr(wf->fd, STAGE_PATH_XATTR, path, strlen(path), 0);
+    extents_init(&wf->written);
+    wf->refs = 1;
+    wf->version = 1; /* even an empty new file differs from "nothing on the store" */
+    wf->mtime_ns = wall_ns();
+    wf->is_commit = is_commit_name(path_base(path));
+    wf->held = is_hold_name(path_base(path));
+    *out = wf;
+    return 0;
+}
+
+/* Put a new wfile into the table and the list (lock held). */
+static void wfile_link(struct stage *st, struct wfile *wf)
+{
+    table_insert(st, wf);
+    wf->next = st->files;
+    if (wf->next)
+        wf->next->prev = wf;
+    st->files = wf;
+    st->staged_bytes += wf->size;
+    st->stats.files_staged++;
+}
+
+struct wfile **collect(struct stage *st, int (*pick)(const struct wfile *, const void *),
+                       const void *arg, size_t *n)
+{
+    size_t count = 0;
+    for (struct wfile *wf = st->files; wf; wf = wf->next)
+        count += pick(wf, arg) != 0;
+    *n = 0;
+    struct wfile **v = count ? malloc(count * sizeof *v) : NULL;
+    for (struct wfile *wf = st->files; v && wf; wf = wf->next) {
+        if (pick(wf, arg)) {
+            wfile_ref(wf);
+            v[(*n)++] = wf;
+        }
+    }
+    return v;
+}
+
+void release_all(struct stage *st, struct wfile **v, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        wfile_unref(st, v[i]);
+    free(v);
+}
+
+/* ---- the journal ------------------------------------------------------- */
+
+struct jsnap {
+    struct journal_rec rec;
+    struct journal_part *parts;
+    char *path, *upload_key, *upload_id;
+};
+
+static struct jsnap *snapshot(struct stage *st, struct wfile *wf)
+{
+    struct jsnap *s = calloc(1, sizeof *s);
+    if (!s)
+        return NULL;
+    s->path = strdup(wf->path);
+    s->upload_key = strdup(wf->upload_key ? wf->upload_key : "");
+    s->upload_id = strdup(wf->upload_id ? wf->upload_id : "");
+    int sealed = wf->seal_version == wf->version;
+    uint32_t n = 0;
+    if (sealed && wf->mpu == MPU_ACTIVE) {
+        uint32_t count = parts_count(st->cfg.part_size, wf->size);
+        s->parts = calloc(count ? count : 1, sizeof *s->parts);
+        for (uint32_t i = 0; s->parts && i < count && i < wf->nparts; i++) {
+            const struct wpart *p = &wf->parts[i];
+            uint64_t off = parts_offset(st->cfg.part_size, i + 1);
+            uint64_t len = parts_size(st->cfg.part_size, i + 1);
+            if (off + len > wf->size)
+                len = wf->size - off;
+            if (p->uploaded && p->up_gen == p->gen && p->up_len == len) {
+                s->parts[n] = (struct journal_part){.number = i + 1, .offset = off, .length = len};
+                memcpy(s->parts[n].etag, p->etag, STORE_ETAG_MAX);
+                n++;
+            }
+        }
+    }
+    if (!s->path || !s->upload_key || !s->upload_id ||
+        (sealed && wf->mpu == MPU_ACTIVE && !s->parts)) {
+        free(s->path);
+        free(s->upload_key);
+        free(s->upload_id);
+        free(s->parts);
+        free(s);
+        return NULL;
+    }
+    uint32_t flags = 0;
+    if (wf->discard)
+        flags |= JOURNAL_DISCARD;
+    else if (sealed)
+        flags |= JOURNAL_SEALED | (wf->durable_version == wf->version ? JOURNAL_DURABLE : 0);
+    s->rec = (struct journal_rec){.id = wf->id,
+                                  .seq = ++wf->jseq,
+                                  .flags = flags,
+                                  .size = wf->size,
+                                  .boot_id = st->boot_id,
+                                  .store = st->store_name,
+                                  .path = s->path,
+                                  .upload_key = s->upload_key,
+                                  .upload_id = s->upload_id,
+                                  .nparts = n,
+                                  .parts = s->parts};
+    wf->journaled = 1;
+    if (flags & JOURNAL_SEALED) /* cleared only once a record saying otherwise is written */
+        wf->sealed_in_journal = 1;
+    wf->journaled_at = mono_seconds();
+    return s;
+}
+
+int wfile_journal(struct stage *st, struct wfile *wf)
+{
+    assert(wf->refs > 0);
+    struct jsnap *s = snapshot(st, wf);
+    pthread_mutex_unlock(&st->lock);
+    int rc = s ? journal_put(st->journal, &s->rec) : -ENOMEM;
+    if (rc < 0)
+        log_error("stage: cannot journal %s: %s (a crash now could lose track of it)",
+                  s ? s->path : "a staged file", strerror(-rc));
+    pthread_mutex_lock(&st->lock);
+    /* The record stops saying "sealed" when it is on disk, not before: a
+     * second writer meanwhile still sees the flag and waits for its own
+     * record, instead of changing bytes the journal calls sealed. */
+    if (rc == 0 && !(s->rec.flags & JOURNAL_SEALED) && wf->jseq == s->rec.seq)
+        wf->sealed_in_journal = 0;
+    if (s) {
+        free(s->path);
+        free(s->upload_key);
+        free(s->upload_id);
+        free(s->parts);
+        free(s);
+    }
+    return rc;
+}
+
+/* ---- seals ------------------------------------------------------------- */
+
+/* Seal without writing the journal record yet (the caller writes it). */
+static void seal_unrecorded(struct stage *st, struct wfile *wf)
+{
+    if (wf->seal_version != wf->version)
+        commit_reset(wf);
+    wf->seal_version = wf->version;
+    wf->sealed_at = mono_seconds();
+    upload_kick(st, wf);
+}
+
+void seal(struct stage *st, struct wfile *wf)
+{
+    if (wf->seal_version == wf->version && wf->sealed_in_journal)
+        return;
+    seal_unrecorded(st, wf);
+    wfile_journal(st, wf);
+}
+
+/* Wait until version v of wf is on the store (lock held, ref held): 0, or
+ * -EIO if an upload attempt made after the wait began failed, or the commit
+ * timed out. */
+static int wait_published(struct stage *st, struct wfile *wf, uint64_t v, const char *why)
+{
+    unsigned attempts = wf->attempts;
+    double start = mono_seconds(), logged = start;
+    wf->retry_at = 0; /* someone waits: retry a failed upload now */
+    commit_retry(wf); /* ... and a commit that timed out */
+    upload_kick(st, wf);
+    stage_waiter_enter(st);
+    int rc = 0;
+    while (!(wf->synced_version >= v && !wf->unlinked)) {
+        if (wf->unlinked)
+            break; /* removed meanwhile: nothing left to wait for */
+        if ((wf->commit == COMMIT_BLOCKED && wf->commit_version == wf->version) ||
+            (wf->attempts > attempts && wf->error) || st->stopping) {
+            rc = -EIO;
+            break;
+        }
+        double now = mono_seconds();
+        if (now - logged >= 5) {
+            logged = now;
+            log_info("%s: %s waits for its upload (%.0f s)", why, wf->path, now - start);
+        }
+        stage_wait(st, 1.0);
+    }
+    stage_waiter_leave(st);
+    return rc;
+}
+
+/* ---- public: files ----------------------------------------------------- */
+
+struct wfile *stage_get(struct stage *st, const char *path)
+{
+    pthread_mutex_lock(&st->lock);
+    struct wfile *wf = stage_find_locked(st, path);
+    if (wf)
+        wfile_ref(wf);
+    pthread_mutex_unlock(&st->lock);
+    return wf;
+}
+
+void stage_put(struct stage *st, struct wfile *wf)
+{
+    if (!wf)
+        return;
+    pthread_mutex_lock(&st->lock);
+    wfile_unref(st, wf);
+    pthread_mutex_unlock(&st->lock);
+}
+
+/* Take wf out of the namespace (lock held): its upload is cancelled and it
+ * is dropped once unreferenced. */
+static void unlink_locked(struct stage *st, struct wfile *wf)
+{
+    table_remove(st, wf);
+    wf->unlinked = 1;
+    wf->discard = 1;
+    wfile_ref(wf);
+    if (wf->journaled || wf->mpu != MPU_NONE) /* a record to take back, or an upload to abort */
+        wfile_journal(st, wf);
+    upload_cancel(st, wf);
+    wfile_unref(st, wf);
+    pthread_cond_broadcast(&st->changed);
+}
+
+int stage_create(struct stage *st, const char *path, struct wfile **out)
+{
+    pthread_mutex_lock(&st->lock);
+    struct wfile *wf;
+    int rc = wfile_new(st, path, &wf);
+    if (rc == 0) {
+        struct wfile *old = stage_find_locked(st, path);
+        if (old)
+            unlink_locked(st, old);
+        /* No journal record yet: what is not sealed is not published after a
+         * crash anyway, and recovery keeps unrecorded staging files. */
+        wfile_link(st, wf);
+        *out = wf;
+    }
+    pthread_mutex_unlock(&st->lock);
+    return rc;
+}
+
+/* Copy [0, keep) of the store object into wf's staging file (no lock). */
+static int adopt_copy(struct stage *st, struct wfile *wf, const char *etag, uint64_t keep)
+{
+    char *buf = malloc(ADOPT_CHUNK);
+    if (!buf)
+        return -ENOMEM;
+    int rc = 0;
+    for (uint64_t off = 0; off < keep && rc == 0;) {
+        size_t want = keep - off < ADOPT_CHUNK ? (size_t)(keep - off) : ADOPT_CHUNK, got = 0;
+        rc = st->store->ops->read(st->store, wf->path, etag, off, want, buf, &got);
+        if (rc == 0 && got == 0)
+            rc = -EIO; /* shorter than it said: changed under us */
+        for (size_t done = 0; rc == 0 && done < got;) {
+            ssize_t n = pwrite(wf->fd, buf + done, got - done, (off_t)(off + done));
+            if (n < 0 && errno != EINTR)
+                rc = -errno;
+            else if (n > 0)
+                done += (size_t)n;
+        }
+        off += got;
+    }
+    free(buf);
+    return rc;
+}
+
+int stage_adopt(struct stage *st, const char *path, const char *etag, uint64_t size, uint64_t keep,
+                struct wfile **out)
+{
+    if (keep > size)
+        keep = size;
+    pthread_mutex_lock(&st->lock);
+    struct wfile *wf = stage_find_locked(st, path);
+    if (wf) { /* staged meanwhile by another opener */
+        wfile_ref(wf);
+        pthread_mutex_unlock(&st->lock);
+        *out = wf;
+        return 0;
+    }
+    int rc = wfile_new(st, path, &wf);
+    pthread_mutex_unlock(&st->lock);
+    if (rc < 0)
+        return rc;
+    rc = adopt_copy(st, wf, etag, keep);
+    if (rc == 0 && ftruncate(wf->fd, (off_t)keep) < 0)
+        rc = -errno;
+    if (rc < 0) {
+        char name[32];
+        staging_name(wf->id, name);
+        unlinkat(st->files_dirfd, name, 0);
+        wfile_free(wf);
+        return rc;
+    }
+    pthread_mutex_lock(&st->lock);
+    struct wfile *raced = stage_find_locked(st, path);
+    if (raced) { /* another opener adopted it first: use theirs */
+        wfile_ref(raced);
+        pthread_mutex_unlock(&st->lock);
+        char name[32];
+        staging_name(wf->id, name);
+        unlinkat(st->files_dirfd, name, 0);
+        wfile_free(wf);
+        *out = raced;
+        return 0;
+    }
+    wf->size = keep;
+    if (extents_add(&wf->written, 0, keep) < 0) {
+        pthread_mutex_unlock(&st->lock);
+        wfile_free(wf);
+        return -ENOMEM;
+    }
+    /* Unchanged so far: the store has this content already. */
+    wf->synced_version = keep == size ? wf->version : 0;
+    wf->seal_version = wf->version;
+    wfile_link(st, wf);
+    pthread_mutex_unlock(&st->lock);
+    *out = wf;
+    return 0;
+}
+
+void stage_writer_open(struct stage *st, struct wfile *wf)
+{
+    pthread_mutex_lock(&st->lock);
+    wf->writers++;
+    pthread_mutex_unlock(&st->lock);
+}
+
+void stage_writer_abandon(struct stage *st, struct wfile *wf)
+{
+    pthread_mutex_lock(&st->lock);
+    assert(wf->writers > 0);
+    wf->writers--;
+    pthread_mutex_unlock(&st->lock);
+}
+
+void stage_writer_close(struct stage *st, struct wfile *wf)
+{
+    pthread_mutex_lock(&st->lock);
+    assert(wf->writers > 0);
+    if (--wf->writers == 0 && !wf->unlinked && wf->version != wf->seal_version)
+        seal(st, wf);
+    pthread_mutex_unlock(&st->lock);
+}
+
+/* 1 if some staged bytes can leave staging without a writer's help. */
+static int uploads_can_drain(struct stage *st)
+{
+    for (struct wfile *wf = st->files; wf; wf = wf->next)
+        if (wf->jobs > 0 || (!wfile_clean(wf) && wf->seal_version == wf->version))
+            return 1;
+    return 0;
+}
+
+/* Wait until growing by `grow` bytes fits the budget (lock held). */
+static int wait_for_room(struct stage *st, uint64_t grow)
+{
+    if (!st->cfg.budget || st->staged_bytes + grow <= st->cfg.budget)
+        return 0;
+    double logged = 0;
+    int rc = 0;
+    stage_waiter_enter(st);
+    while (st->staged_bytes + grow > st->cfg.budget) {
+        if (!uploads_can_drain(st)) {
+            rc = -ENOSPC;
+            break;
+        }
+        double now = mono_seconds();
+        if (now - logged > 10) {
+            if (!logged)
+                st->stats.budget_waits++;
+            logged = now;
+            log_info("stage: staging is full (%" PRIu64 " of %" PRIu64
+                     " MiB): writes wait for uploads to finish",
+                     st->staged_bytes >> 20, st->cfg.budget >> 20);
+        }
+        stage_wait(st, 1.0);
+    }
+    stage_waiter_leave(st);
+    return rc;
+}
+
+/* pwrite all of buf; a full disk waits for uploads while they drain. */
+static ssize_t write_staging(struct stage *st, struct wfile *wf, const void *buf, size_t len,
+                             uint64_t off)
+{
+    size_t done = 0;
+    int waited = 0;
+    while (done < len) {
+        ssize_t n = pwrite(wf->fd, (const char *)buf + done, len - done, (off_t)(off + done));
+        if (n >= 0) {
+            done += (size_t)n;
+            continue;
+        }
+        if (errno == EINTR)
+            continue;
+        if (errno != ENOSPC)
+            return -errno;
+        pthread_mutex_lock(&st->lock);
+        int can = uploads_can_drain(st);
+        if (can) {
+            if (!waited++)
+                log_warn("stage: the staging disk (%s) is full: writes wait for uploads",
+                         st->files_dir);
+            stage_waiter_enter(st);
+            stage_wait(st, 1.0);
+            stage_waiter_leave(st);
+        }
+        pthread_mutex_unlock(&st->lock);
+        if (!can)
+            return -ENOSPC;
+    }
+    return (ssize_t)len;
+}
+
+/* The largest file this stage can publish: what the part geometry holds,
+ * and no more than the store's own limit (S3: 5 TiB). */
+static uint64_t max_file_size(const struct stage *st)
+{
+    uint64_t parts = parts_max_object(st->cfg.part_size), store = st->store->max_object;
+    return store && store < parts ? store : parts;
+}
+
+/* Write the record saying wf is no longer sealed, before its bytes change
+ * (lock held; unlocks): 0, or the journal's error, and then the bytes must
+ * not change (a crash would publish them). One replacing a durable record is
+ * synced too:
+ * the journal's commits may be undone by a power loss (MDB_NOMETASYNC),
+ * while the new bytes might reach the disk and be taken for the sealed ones. */
+static int unseal_record(struct stage *st, struct wfile *wf)
+{
+    int was_durable = wf->durable_version == wf->seal_version;
+    int rc = wfile_journal(st, wf);
+    if (rc == 0 && was_durable) {
+        pthread_mutex_unlock(&st->lock);
+        rc = journal_sync(st->journal);
+        pthread_mutex_lock(&st->lock);
+    }
+    return rc;
+}
+
+int stage_write_begin(struct stage *st, struct wfile *wf, uint64_t off, size_t len)
+{
+    if (len == 0)
+        return -EINVAL;
+    if (off > UINT64_MAX - len || off + len > max_file_size(st))
+        return -EFBIG;
+    uint64_t end = off + len, base = st->cfg.part_size;
+    uint32_t p0 = parts_at(base, off), p1 = parts_at(base, end - 1);
+    pthread_mutex_lock(&st->lock);
+    int rc = wfile_parts_reserve(wf, p1);
+    if (rc == 0 && end > wf->size)
+        rc = wait_for_room(st, end - wf->size);
+    for (uint32_t p = p0; rc == 0 && p <= p1;) { /* an upload of these bytes in flight: wait */
+        if (wf->parts[p - 1].inflight) {
+            pthread_cond_wait(&st->changed, &st->lock);
+            p = p0;
+        } else {
+            p++;
+        }
+    }
+    if (rc < 0) {
+        pthread_mutex_unlock(&st->lock);
+        return rc;
+    }
+    for (uint32_t p = p0; p <= p1; p++)
+        wf->parts[p - 1].busy++;
+    uint64_t was = wf->size;
+    if (end > wf->size) {
+        st->staged_bytes += end - wf->size;
+        wf->size = end;
+    }
+    wf->version++;
+    /* the record must stop saying "sealed" before bytes change */
+    rc = wf->sealed_in_journal ? unseal_record(st, wf) : 0;
+    if (rc < 0 && wf->size == end && end > was) { /* the write does not happen */
+        st->staged_bytes -= end - was;
+        wf->size = was;
+    }
+    pthread_mutex_unlock(&st->lock);
+    if (rc < 0) {
+        stage_write_end(st, wf, off, len, 0); /* give back the parts it held */
+        return -EIO;
+    }
+    return wf->fd;
+}
+
+/* Count n bytes written now into the write windows (lock held). */
+static void note_write(struct stage *st, uint64_t n)
+{
+    double now = mono_seconds();
+    if (now - st->write_window_at >= WRITE_WINDOW) {
+        st->write_previous = now - st->write_window_at < 2 * WRITE_WINDOW ? st->write_window : 0;
+        st->write_window = 0;
+        st->write_window_at = now;
+    }
+    st->write_window += n;
+}
+
+uint64_t stage_recent_writes(struct stage *st, double now)
+{
+    double age = now - st->write_window_at;
+    if (age < WRITE_WINDOW)
+        return st->write_previous + st->write_window;
+    return age < 2 * WRITE_WINDOW ? st->write_window : 0;
+}
+
+void stage_write_end(struct stage *st, struct wfile *wf, uint64_t off, size_t len, ssize_t written)
+{
+    uint64_t base = st->cfg.part_size;
+    uint32_t p0 = parts_at(base, off), p1 = parts_at(base, off + len - 1);
+    pthread_mutex_lock(&st->lock);
+    if (written > 0 && extents_add(&wf->written, off, off + (uint64_t)written) < 0)
+        log_error("stage: out of memory recording a write to %s", wf->path);
+    for (uint32_t p = p0; p <= p1; p++) {
+        assert(wf->parts[p - 1].busy > 0);
+        wf->parts[p - 1].busy--;
+        wf->parts[p - 1].gen++;
+    }
+    wf->mtime_ns = wall_ns();
+    if (written > 0) {
+        st->stats.write_bytes += (uint64_t)written;
+        note_write(st, (uint64_t)written);
+        writeback_note(st, wf, written);
+    }
+    upload_kick(st, wf);
+    pthread_mutex_unlock(&st->lock);
+}
+
+ssize_t stage_write(struct stage *st, struct wfile *wf, const void *buf, size_t len, uint64_t off)
+{
+    if (len == 0)
+        return 0;
+    int fd = stage_write_begin(st, wf, off, len);
+    if (fd < 0)
+        return fd;
+    ssize_t n = write_staging(st, wf, buf, len, off);
+    stage_write_end(st, wf, off, len, n);
+    return n;
+}
+
+int stage_truncate(struct stage *st, struct wfile *wf, uint64_t size)
+{
+    if (size > max_file_size(st))
+        return -EFBIG;
+    pthread_mutex_lock(&st->lock);
+    if (wf->sealed_in_journal) { /* the record stops saying "sealed" before the file changes */
+        wf->version++;
+        if (unseal_record(st, wf) < 0) {
+            pthread_mutex_unlock(&st->lock);
+            return -EIO;
+        }
+    }
+    uint64_t old = wf->size, low = old < size ? old : size, base = st->cfg.part_size;
+    int rc = size > old ? wait_for_room(st, size - old) : 0;
+    uint32_t first = parts_at(base, low), last = parts_count(base, size > old ? size : old);
+    if (rc == 0)
+        rc = wfile_parts_reserve(wf, last);
+    for (uint32_t p = first; rc == 0 && p <= last;) { /* bytes being uploaded: wait */
+        if (wf->parts[p - 1].inflight || wf->parts[p - 1].busy) {
+            pthread_cond_wait(&st->changed, &st->lock);
+            p = first;
+        } else {
+            p++;
+        }
+    }
+    if (rc == 0 && ftruncate(wf->fd, (off_t)size) < 0)
+        rc = -errno;
+    if (rc == 0) {
+        for (uint32_t p = first; p <= last; p++)
+            wf->parts[p - 1].gen++;
+        extents_truncate(&wf->written, size);
+        st->staged_bytes = st->staged_bytes - old + size;
+        wf->size = size;
+        wf->version++;
+        wf->mtime_ns = wall_ns();
+        if (wf->sealed_in_journal)
+            unseal_record(st, wf);
+        if (wf->writers == 0) /* truncate(2) without an open file is complete in itself */
+            seal(st, wf);
+        upload_kick(st, wf);
+    }
+    pthread_mutex_unlock(&st->lock);
+    return rc;
+}
+
+int stage_fd(struct stage *st, struct wfile *wf, uint64_t *size)
+{
+    pthread_mutex_lock(&st->lock);
+    *size = wf->size;
+    pthread_mutex_unlock(&st->lock);
+    return wf->fd;
+}
+
+uint64_t stage_size(struct stage *st, struct wfile *wf)
+{
+    pthread_mutex_lock(&st->lock);
+    uint64_t n = wf->size;
+    pthread_mutex_unlock(&st->lock);
+    return n;
+}
+
+int stage_flush(struct stage *st, struct wfile *wf)
+{
+    pthread_mutex_lock(&st->lock);
+    int rc = 0;
+    if (!wf->unlinked && wf->version != wf->seal_version)
+        seal(st, wf);
+    if (wf->is_commit && st->cfg.fsync_remote && !wf->unlinked)
+        rc = wait_published(st, wf, wf->seal_version, "close");
+    else if (wf->error && !wfile_clean(wf))
+        rc = -EIO;
+    pthread_mutex_unlock(&st->lock);
+    return rc;
+}
+
+int stage_fsync(struct stage *st, struct wfile *wf)
+{
+    pthread_mutex_lock(&st->lock);
+    if (wf->unlinked) {
+        pthread_mutex_unlock(&st->lock);
+        return 0;
+    }
+    int rc = 0;
+    if (!st->cfg.fsync_remote || wf->held) {
+        /* One journal record, after the bytes are on disk: sealed and durable. */
+        if (wf->version != wf->seal_version)
+            seal_unrecorded(st, wf);
+        uint64_t v = wf->version;
+        pthread_mutex_unlock(&st->lock);
+        if (fdatasync(wf->fd) < 0)
+            rc = -errno;
+        pthread_mutex_lock(&st->lock);
+        if (rc == 0 && v > wf->durable_version) {
+            uint64_t was = wf->durable_version;
+            wf->durable_version = v;
+            if (wf->held)
+                wf->fsynced_held = 1;
+            rc = wfile_journal(st, wf); /* durable only once its record says so */
+            pthread_mutex_unlock(&st->lock);
+            if (rc == 0)
+                rc = journal_sync(st->journal);
+            pthread_mutex_lock(&st->lock);
+            if (rc < 0 && wf->durable_version == v)
+                wf->durable_version = was; /* the next fsync records it again */
+        }
+        if (rc == 0 && wf->error && !wfile_clean(wf))
+            rc = -EIO; /* durable here, but the store refused it so far */
+    } else {
+        if (wf->version != wf->seal_version)
+            seal(st, wf);
+        rc = wait_published(st, wf, wf->seal_version, "fsync");
+    }
+    pthread_mutex_unlock(&st->lock);
+    return rc;
+}
+
+/* Wait until no upload of wf is in flight (lock held, ref held): an upload
+ * that lands under a name the file no longer has is removed by its job, so
+ * after this the store shows nothing under the old name. */
+static void wait_jobs(struct stage *st, struct wfile *wf)
+{
+    while (wf->jobs > 0)
+        pthread_cond_wait(&st->changed, &st->lock);
+}
+
+int stage_rename(struct stage *st, const char *from, const char *to)
+{
+    pthread_mutex_lock(&st->lock);
+    struct wfile *wf = stage_find_locked(st, from);
+    if (!wf) {
+        pthread_mutex_unlock(&st->lock);
+        return -ENOENT;
+    }
+    if (strcmp(from, to) == 0) {
+        pthread_mutex_unlock(&st->lock);
+        return 0;
+    }
+    char *name = strdup(to);
+    if (!name) {
+        pthread_mutex_unlock(&st->lock);
+        return -ENOMEM;
+    }
+    wfile_ref(wf);
+    struct wfile *old = stage_find_locked(st, to);
+    if (old)
+        unlink_locked(st, old);
+    table_remove(st, wf);
+    free(wf->path);
+    wf->path = name;
+    table_insert(st, wf);
+    int was_fsynced_held = wf->fsynced_held;
+    wf->held = is_hold_name(path_base(to)) && !st->draining;
+    wf->fsynced_held = wf->held && was_fsynced_held;
+    wf->is_commit = is_commit_name(path_base(to));
+    commit_reset(wf);
+    if (wf->synced_version) /* what is on the store is under the old name */
+        wf->synced_version = 0;
+    wf->retry_at = 0;
+    wfile_journal(st, wf);
+    wait_jobs(st, wf); /* an upload under the old name lands and is removed */
+    upload_kick(st, wf);
+    pthread_cond_broadcast(&st->changed);
+    int rc = 0;
+    if (st->cfg.fsync_remote && was_fsynced_held && !wf->held)
+        rc = wait_published(st, wf, wf->seal_version, "rename");
+    wfile_unref(st, wf);
+    pthread_mutex_unlock(&st->lock);
+    return rc;
+}
+
+int stage_unlink(struct stage *st, const char *path)
+{
+    pthread_mutex_lock(&st->lock);
+    struct wfile *wf = stage_find_locked(st, path);
+    if (wf) {
+        wfile_ref(wf);
+        unlink_locked(st, wf);
+        wait_jobs(st, wf); /* parts back, the upload aborted, a landing removed */
+        wfile_unref(st, wf);
+    }
+    pthread_mutex_unlock(&st->lock);
+    return wf ? 0 : -ENOENT;
+}
+
+int stage_busy_below(struct stage *st, const char *dir)
+{
+    pthread_mutex_lock(&st->lock);
+    int busy = 0;
+    for (struct wfile *wf = st->files; wf && !busy; wf = wf->next)
+        busy = !wf->unlinked && path_below(wf->path, dir);
+    pthread_mutex_unlock(&st->lock);
+    return busy;
+}
