@@ -8,7 +8,7 @@
  * directories that exist only on this mount) over the store's answers,
  * which the metadata cache keeps for attr_timeout seconds.
  *
- * Lock order: core->meta_lock, core->files_lock and core->listing_lock are
+ * Lock order: core->meta.lock, core->files_lock and core->listing_lock are
  * leaves (nothing is taken while holding them); a file's ra_lock, then the cache's lock;
  * stage calls take the stage's lock, never while holding a core lock.
  */
@@ -20,6 +20,7 @@
 #include "cohort.h"
 #include "core.h"
 #include "dirtime.h"
+#include "meta.h"
 #include "prefetch.h"
 #include "readahead.h"
 #include "stage.h"
@@ -28,17 +29,6 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
-
-struct meta_entry {
-    struct meta_entry *next;
-    double expires;
-    double listed;     /* mono time of the listing that put it (and of a mark: its own); 0 */
-    double kept_until; /* a mark: a save or load keeps the listing until then (core_keep_listing) */
-    int err;           /* 0 or -ENOENT (a mark: 0, or -E2BIG: large, only a first page listed) */
-    uint64_t rent;     /* a -E2BIG mark: what lookups by name in the directory cost since */
-    struct store_stat st; /* a mark: mtime_ns its listing found, size the keys it saw */
-    char path[];
-};
 
 struct core {
     struct store *store;
@@ -54,9 +44,7 @@ struct core {
     double started;
     struct dirtime *dirtimes; /* when this mount changed which directories */
 
-    pthread_mutex_t meta_lock;
-    struct meta_entry **meta; /* META_BUCKETS chains; protected by meta_lock */
-    size_t meta_count;
+    struct meta_cache meta; /* what the store answered, for attr_timeout (meta.h) */
 
     /* Directories being listed for lookups: a lookup in one of them waits
      * for that listing instead of sending the same LIST. */
@@ -98,8 +86,35 @@ struct core_file {
     struct core_file *prev, *next; /* core->files, protected by core->files_lock */
 };
 
+/* st_blksize, which sizes readers' buffers (Python's): a buffered reader
+ * reads this much wherever it reads, also past the last item it wants. */
+#define PREFERRED_IO_SIZE (128u << 10)
+/* How long a save or a load keeps its directory's listing after its last
+ * create or open there, and a directory found to exist is trusted, whatever
+ * attr_timeout is (the gap between two files of a per-item save or load;
+ * docs/design.md, "Request budget"). */
+#define LISTING_LINGER 2.0
+
+/* ---- attr.c: how entries show ---- */
+
 /* "/a/b" -> "a/b"; "/" -> "". */
 const char *core_store_path(const char *path);
+
+/* The struct stat of store path spath as the mount shows it, from s (the
+ * store's or staging's answer). A directory shows this mount's last change
+ * to it if that is later than s's time (dirtime.h). */
+void core_to_stat(const struct core *core, const char *spath, const struct store_stat *s,
+                  struct stat *st);
+
+/* While the newest open handle of spath reads another version than s, s
+ * gets that version's size (the kernel keeps one size per path). */
+void core_keep_opened_size(struct core *core, const char *spath, struct store_stat *s);
+
+/* A directory holding staged files shows the later of their times and what
+ * the metadata cache knows of its time on the store. */
+void core_staged_dir_time(struct core *core, const char *spath, struct store_stat *st);
+
+/* ---- listing.c: lookups and listings ---- */
 
 /* Attributes of a store path from the store alone (metadata cache, then
  * the store), ignoring the staging overlay. 0, -ENOENT or another errno. */
@@ -107,17 +122,6 @@ int core_lookup_store(struct core *core, const char *spath, struct store_stat *s
 
 /* Attributes of a store path as the mount shows it (overlay first). */
 int core_lookup(struct core *core, const char *spath, struct store_stat *st);
-
-/* Record (err = 0, st) or a negative lookup (err = -ENOENT, st NULL) in the
- * metadata cache. */
-void core_meta_put(struct core *core, const char *spath, int err, const struct store_stat *st);
-
-/* Forget what the metadata cache knows of spath. */
-void core_meta_forget(struct core *core, const char *spath);
-
-/* Forget dir, everything cached below it and its listing marks (a
- * directory renamed or removed: names below it changed all at once). */
-void core_meta_forget_below(struct core *core, const char *dir);
 
 /* Directory dir was just made, empty: lookups in it need not ask the store. */
 void core_listing_made(struct core *core, const char *dir);
@@ -134,10 +138,34 @@ void core_keep_listing(struct core *core, const char *dir);
  * the next lookup there lists it again. */
 void core_listing_changed(struct core *core, const char *dir);
 
+/* This mount just published a file into dir: the listing marks of dir and
+ * the directories above it, and those directories' entries, last
+ * attr_timeout from now. */
+void core_extend_listings(struct core *core, const char *dir);
+
+/* ckindex_known_fn over the metadata cache (arg: the core): what the mount
+ * knows of the file at spath without asking the store. */
+int core_known_file(void *arg, const char *spath, uint64_t *size);
+
+/* ---- files.c: open handles ---- */
+
 /* A new handle (not yet linked), reading a staged file or a store object. */
 struct core_file *core_file_new(void);
 
 /* Add f to the open handles. */
 void core_file_link(struct core *core, struct core_file *f);
+
+/* Unlink and free f; abandoned: the kernel never sent its RELEASE (the
+ * mount ended), so a file it was writing is not sealed. */
+void core_file_release(struct core *core, struct core_file *f, int abandoned);
+
+/* f's readahead window is open or not (f->ra_lock held): count it in the
+ * streams that share the cache. */
+void core_stream_note(struct core *core, struct core_file *f);
+
+/* ---- stats.c ---- */
+
+/* The transfer summary's view of the counters (xferlog.h; arg: the core). */
+void core_sample_counters(void *arg, struct xfer_counters *out);
 
 #endif

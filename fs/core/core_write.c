@@ -127,7 +127,7 @@ int core_open_write(struct core *core, const char *spath, int flags, struct core
     if (flags & O_TRUNC)
         rc = stage_truncate(core->stage, f->wf, 0);
     if (rc < 0) {
-        core_release(core, f);
+        core_file_release(core, f, 0);
         return rc;
     }
     *out = f;
@@ -234,7 +234,7 @@ static int remove_from_store(struct core *core, const char *spath)
     if (rc == 0)
         rc = core->store->ops->remove(core->store, spath);
     if (rc == 0 || rc == -ENOENT)
-        core_meta_put(core, spath, -ENOENT, NULL);
+        meta_put(&core->meta, spath, -ENOENT, NULL, 0);
     return rc == -ENOENT ? 0 : rc;
 }
 
@@ -258,7 +258,7 @@ int core_unlink(struct core *core, const char *path)
     } else {
         rc = remove_from_store(core, spath);
     }
-    core_meta_put(core, spath, -ENOENT, NULL);
+    meta_put(&core->meta, spath, -ENOENT, NULL, 0);
     if (rc == 0)
         entry_changed(core, spath);
     return rc;
@@ -286,7 +286,7 @@ int core_mkdir(struct core *core, const char *path)
     rc = core->store->ops->mkdir(core->store, spath);
     if (rc == 0) {
         struct store_stat dir = {.is_dir = 1, .mtime_ns = wall_ns()};
-        core_meta_put(core, spath, 0, &dir);
+        meta_put(&core->meta, spath, 0, &dir, 0);
         core_listing_made(core, spath);
         core_keep_listing(core, spath); /* made to be written into (a save's directory) */
         entry_changed(core, spath);
@@ -311,8 +311,8 @@ int core_rmdir(struct core *core, const char *path)
         return -ENOTEMPTY;
     rc = core->store->ops->rmdir(core->store, spath);
     if (rc == 0) {
-        core_meta_forget_below(core, spath); /* its listing mark too */
-        core_meta_put(core, spath, -ENOENT, NULL);
+        meta_forget_below(&core->meta, spath); /* its listing mark too */
+        meta_put(&core->meta, spath, -ENOENT, NULL, 0);
         dirtime_forget_below(core->dirtimes, spath);
         entry_changed(core, spath);
     }
@@ -406,7 +406,7 @@ static int rename_stored(struct core *core, const char *sfrom, const struct stor
     if (rc == 0) {
         struct store_stat ns = *st;
         memcpy(ns.etag, etag, sizeof ns.etag);
-        core_meta_put(core, sto, 0, &ns);
+        meta_put(&core->meta, sto, 0, &ns, 0);
         rc = s->ops->remove(s, sfrom);
         if (rc == -ENOENT)
             rc = 0;
@@ -457,14 +457,14 @@ int core_rename(struct core *core, const char *from, const char *to, unsigned fl
     }
     if (rc == 0) {
         if (sf.is_dir) { /* every name below both changed */
-            core_meta_forget_below(core, sfrom);
-            core_meta_forget_below(core, sto);
+            meta_forget_below(&core->meta, sfrom);
+            meta_forget_below(&core->meta, sto);
             dirtime_forget_below(core->dirtimes, sfrom);
         }
         entry_changed(core, sfrom);
         entry_changed(core, sto);
-        core_meta_put(core, sfrom, -ENOENT, NULL);
-        core_meta_forget(core, sto);
+        meta_put(&core->meta, sfrom, -ENOENT, NULL, 0);
+        meta_forget(&core->meta, sto);
         char dir[4096];
         if (path_dir(sto, dir, sizeof dir) == 0)
             core_listing_changed(core, dir); /* sto is on the store now, or staged */

@@ -2,7 +2,7 @@
  * tests/unit/test_meta_cache.c - the core's metadata cache (fs/core/core.c):
  * attributes and negative lookups answer from memory for attr_timeout
  * seconds, then the store is asked again; attr_timeout 0 caches nothing;
- * core_meta_forget drops one entry at once; lookups in one directory at
+ * meta_forget drops one entry at once; lookups in one directory at
  * once share one listing. Over the in-memory store, whose
  * call counters show when the store was asked.
  */
@@ -98,7 +98,7 @@ Test(meta_cache, forget_drops_one_entry_at_once)
 {
     cr_assert_eq(size_of("/d/a"), 10);
     cr_assert_eq(mem_store_set(mem, "d/a", "0123", 4, NULL), 0);
-    core_meta_forget(core, "d/a");
+    meta_forget(&core->meta, "d/a");
     core_listing_changed(core, "d");
     cr_assert_eq(size_of("/d/a"), 4);
 }
@@ -188,7 +188,7 @@ Test(meta_cache, an_entry_from_elsewhere_is_not_kept_with_the_listing)
     cr_assert_eq(size_of("/d/a"), 10); /* lists d */
     cr_assert_eq(mem_store_set(mem, "d/late", "0123", 4, NULL), 0);
     struct store_stat st = {.size = 3};
-    core_meta_put(core, "d/late", 0, &st);
+    meta_put(&core->meta, "d/late", 0, &st, 0);
     core_keep_listing(core, "d");
     sleep_s(0.1);
     uint64_t stats = mem_store_calls(mem, MEM_OP_STAT);

@@ -1,0 +1,81 @@
+/*
+ * fs/core/attr.c - how an entry shows to the kernel: the mount's struct
+ * stat of a store's or staging's answer (modes, owner, times, the size an
+ * open handle keeps), and store paths from mount paths.
+ */
+#include "core_internal.h"
+
+#include <string.h>
+#include <time.h>
+
+const char *core_store_path(const char *path)
+{
+    while (*path == '/')
+        path++;
+    return path;
+}
+
+/* Attributes of store path spath as the mount shows them, from s (the
+ * store's or staging's answer). A directory shows this mount's last change
+ * to it if that is later than s's time (dirtime.h). */
+void core_to_stat(const struct core *core, const char *spath, const struct store_stat *s,
+                  struct stat *st)
+{
+    memset(st, 0, sizeof *st);
+    int64_t mtime = s->mtime_ns;
+    if (s->is_dir) {
+        st->st_mode = S_IFDIR | (core->stage ? 0755 : 0555);
+        st->st_nlink = 2;
+        int64_t changed = dirtime_get(core->dirtimes, spath);
+        if (changed > mtime)
+            mtime = changed;
+    } else {
+        st->st_mode = S_IFREG | (core->stage ? 0644 : 0444);
+        st->st_nlink = 1;
+        st->st_size = (off_t)s->size;
+        st->st_blocks = (blkcnt_t)((s->size + 511) / 512);
+    }
+    st->st_blksize = (blksize_t)PREFERRED_IO_SIZE;
+    st->st_uid = core->uid;
+    st->st_gid = core->gid;
+    st->st_mtim.tv_sec = (time_t)(mtime / 1000000000);
+    st->st_mtim.tv_nsec = (long)(mtime % 1000000000);
+    st->st_ctim = st->st_atim = st->st_mtim;
+}
+
+/* An open file keeps the version it opened, and the kernel keeps one size
+ * per path (its GETATTR of an fstat carries no handle): while the newest
+ * open handle of spath has another version than the store's s, report that
+ * version's size, so that the kernel does not cut the open file's reads
+ * short; the store's version shows once it is closed or newer opened. A file
+ * being written on this mount (staged) shows as staging has it, and once
+ * this mount has published a newer version its older handles no longer
+ * count (superseded): a rewrite through the mount shows its size to every
+ * new reader, as on a local disk. Lookups and listings (readdirplus sets
+ * sizes too) both pass through here. */
+void core_keep_opened_size(struct core *core, const char *spath, struct store_stat *s)
+{
+    int found = 0;
+    uint64_t size = 0;
+    pthread_mutex_lock(&core->files_lock);
+    for (struct core_file *f = core->files; f; f = f->next) /* newest first */
+        if (f->obj && !f->superseded && strcmp(cache_obj_path(f->obj), spath) == 0) {
+            found = strcmp(cache_obj_etag(f->obj), s->etag) != 0;
+            size = cache_obj_size(f->obj);
+            break;
+        }
+    pthread_mutex_unlock(&core->files_lock);
+    if (found && !(core->stage && stage_stat(core->stage, spath, &(struct store_stat){0})))
+        s->size = size;
+}
+
+/* A directory that holds staged files shows the later of its staged files'
+ * times and what the metadata cache knows of its time on the store. */
+void core_staged_dir_time(struct core *core, const char *spath, struct store_stat *st)
+{
+    struct store_stat known;
+    int err;
+    if (st->is_dir && meta_find(&core->meta, spath, &err, &known) == META_FRESH && err == 0 &&
+        known.mtime_ns > st->mtime_ns)
+        st->mtime_ns = known.mtime_ns;
+}

@@ -1,0 +1,94 @@
+/*
+ * fs/core/files.c - the open handles: every core_file from its creation to
+ * its release (the list an unmount walks), and the count of sequential
+ * streams sharing the cache.
+ */
+#include "core_internal.h"
+
+#include "strutil.h"
+
+#include <assert.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+/* A file of a checkpoint directory was closed: the load is still working
+ * there (its read may have outlasted the listing, as a large .metadata read
+ * from a busy store does), so the listing is kept from now on. */
+static void keep_listing_after_close(struct core *core, const struct core_file *f)
+{
+    char dir[4096];
+    if (f->in_checkpoint && f->obj && path_dir(cache_obj_path(f->obj), dir, sizeof dir) == 0)
+        core_keep_listing(core, dir);
+}
+
+struct core_file *core_file_new(void)
+{
+    struct core_file *f = calloc(1, sizeof *f);
+    if (!f)
+        return NULL;
+    f->fd = -1;
+    pthread_mutex_init(&f->ra_lock, NULL);
+    return f;
+}
+
+void core_file_link(struct core *core, struct core_file *f)
+{
+    atomic_fetch_add(&core->opens, 1);
+    pthread_mutex_lock(&core->files_lock);
+    f->next = core->files;
+    if (f->next)
+        f->next->prev = f;
+    core->files = f;
+    core->open_files++;
+    pthread_mutex_unlock(&core->files_lock);
+}
+
+/* f's readahead window is open or not (f->ra_lock held): count it in the
+ * streams that share the cache. */
+void core_stream_note(struct core *core, struct core_file *f)
+{
+    int now = f->ra.window > 0;
+    if (now == f->streaming)
+        return;
+    f->streaming = now;
+    if (now) {
+        atomic_fetch_add(&core->streams, 1);
+    } else {
+        assert(atomic_load(&core->streams) > 0);
+        atomic_fetch_sub(&core->streams, 1);
+    }
+}
+
+/* Release f; abandoned: the kernel never sent its RELEASE (the mount
+ * ended), so a file it was writing is not sealed. */
+void core_file_release(struct core *core, struct core_file *f, int abandoned)
+{
+    pthread_mutex_lock(&core->files_lock);
+    if (f->prev)
+        f->prev->next = f->next;
+    else
+        core->files = f->next;
+    if (f->next)
+        f->next->prev = f->prev;
+    core->open_files--;
+    pthread_mutex_unlock(&core->files_lock);
+    if (f->fd >= 0)
+        close(f->fd);
+    if (!abandoned)
+        keep_listing_after_close(core, f);
+    if (f->wf) {
+        if (f->writable && abandoned)
+            stage_writer_abandon(core->stage, f->wf);
+        else if (f->writable)
+            stage_writer_close(core->stage, f->wf);
+        stage_put(core->stage, f->wf);
+    }
+    if (f->obj)
+        cache_obj_put(core->cache, f->obj);
+    f->ra.window = 0; /* its stream ends: no other thread has f now */
+    core_stream_note(core, f);
+    pthread_mutex_destroy(&f->ra_lock);
+    free(f);
+}
