@@ -330,6 +330,8 @@ def test_missing_keys_are_enoent(store, mounter):
 
 
 def test_key_deleted_after_mount(store, mounter):
+    """semantics.md §11: another node's delete shows after --attr-timeout; an open
+    handle reads its version's bytes or fails, never other bytes."""
     want = harness.data(4 * MiB, seed=44)
     store.put("gone.bin", want)
     store.put("open.bin", want)

@@ -43,6 +43,8 @@ MiB = 1 << 20
 
 
 def test_open_file_keeps_its_version_when_the_object_shrinks(store, mounter):
+    """semantics.md §11: an open file keeps the version (and size) it opened; what the
+    store no longer serves of it is ESTALE."""
     old = harness.data(32 * MiB + 5, seed=11)
     new = harness.data(1 * MiB, seed=12)
     store.put("v/obj.bin", old)
@@ -73,7 +75,8 @@ def test_open_file_keeps_its_version_when_the_object_shrinks(store, mounter):
 
 
 def test_open_file_of_a_replaced_local_file_reads_the_opened_version(mounter, tmp_path):
-    """A file replaced by rename keeps its inode under the open handle: still served."""
+    """semantics.md §11: on the local store an open reads the file it opened. A file
+    replaced by rename keeps its inode under the open handle: still served."""
     store = harness.DirStore(str(tmp_path / "store"))
     old = harness.data(8 * MiB, seed=13)
     store.put("obj.bin", old)

@@ -399,7 +399,7 @@ def test_a_name_with_a_control_character_does_not_break_its_directory(wstore, mo
 
 
 def test_read_your_writes_while_writing(wstore, mounter):
-    """§2: a file being written is listed and readable with its current size at once."""
+    """§2 §11: a file being written is listed and readable with its current size at once."""
     mnt = mounter(wstore, "--part-size", "5M")
     want = harness.data(3 * MiB, seed=9)
     fd = os.open(mnt.p("live.bin"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
