@@ -72,17 +72,8 @@ int core_open(struct core *core, const char *path, int flags, struct core_file *
     if ((flags & O_ACCMODE) != O_RDONLY || (flags & O_TRUNC))
         return core_open_write(core, spath, flags, out);
     struct wfile *wf = core->stage ? stage_get(core->stage, spath) : NULL;
-    if (wf) { /* being written: read what staging has */
-        struct core_file *f = core_file_new();
-        if (!f) {
-            stage_put(core->stage, wf);
-            return -ENOMEM;
-        }
-        f->wf = wf;
-        core_file_link(core, f);
-        *out = f;
-        return 0;
-    }
+    if (wf) /* being written: read what staging has */
+        return core_file_staged(core, wf, 0, out);
     struct store_stat s;
     int rc = core_lookup_store(core, spath, &s);
     if (rc < 0)

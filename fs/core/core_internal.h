@@ -152,6 +152,10 @@ int core_known_file(void *arg, const char *spath, uint64_t *size);
 /* A new handle (not yet linked), reading a staged file or a store object. */
 struct core_file *core_file_new(void);
 
+/* A linked handle on staged file wf, whose reference it takes over (dropped
+ * on failure); writable: it counts as a writer of wf. 0 or -ENOMEM. */
+int core_file_staged(struct core *core, struct wfile *wf, int writable, struct core_file **out);
+
 /* Add f to the open handles. */
 void core_file_link(struct core *core, struct core_file *f);
 

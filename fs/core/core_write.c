@@ -43,23 +43,6 @@ static int check_parent(struct core *core, const char *spath)
     return rc < 0 ? rc : st.is_dir ? 0 : -ENOTDIR;
 }
 
-/* A handle on wf (whose reference it takes over). */
-static int handle_for(struct core *core, struct wfile *wf, int writable, struct core_file **out)
-{
-    struct core_file *f = core_file_new();
-    if (!f) {
-        stage_put(core->stage, wf);
-        return -ENOMEM;
-    }
-    f->wf = wf;
-    f->writable = writable;
-    if (writable)
-        stage_writer_open(core->stage, wf);
-    core_file_link(core, f);
-    *out = f;
-    return 0;
-}
-
 /* 0 if the store can hold an object named spath (else -ENAMETOOLONG or
  * -EINVAL, at create or rename rather than at every upload). */
 static int check_name(struct core *core, const char *spath)
@@ -97,7 +80,7 @@ int core_create_file(struct core *core, const char *path, int flags, struct core
     char dir[4096];
     if (path_dir(spath, dir, sizeof dir) == 0)
         core_keep_listing(core, dir); /* a save: its next files' lookups cost nothing */
-    return handle_for(core, wf, 1, out);
+    return core_file_staged(core, wf, 1, out);
 }
 
 int core_open_write(struct core *core, const char *spath, int flags, struct core_file **out)
@@ -121,7 +104,7 @@ int core_open_write(struct core *core, const char *spath, int flags, struct core
         flags &= ~O_TRUNC;
     }
     struct core_file *f;
-    int rc = handle_for(core, wf, 1, &f);
+    int rc = core_file_staged(core, wf, 1, &f);
     if (rc < 0)
         return rc;
     if (flags & O_TRUNC)

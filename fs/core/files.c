@@ -8,6 +8,7 @@
 #include "strutil.h"
 
 #include <assert.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -31,6 +32,22 @@ struct core_file *core_file_new(void)
     f->fd = -1;
     pthread_mutex_init(&f->ra_lock, NULL);
     return f;
+}
+
+int core_file_staged(struct core *core, struct wfile *wf, int writable, struct core_file **out)
+{
+    struct core_file *f = core_file_new();
+    if (!f) {
+        stage_put(core->stage, wf);
+        return -ENOMEM;
+    }
+    f->wf = wf;
+    f->writable = writable;
+    if (writable)
+        stage_writer_open(core->stage, wf);
+    core_file_link(core, f);
+    *out = f;
+    return 0;
 }
 
 void core_file_link(struct core *core, struct core_file *f)
