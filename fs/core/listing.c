@@ -137,12 +137,18 @@ static void fill_dir_time(struct core *core, const char *spath, struct store_sta
 /* One entry of a listing into the cache (and to fill). */
 static int listing_put(struct listing *l, const char *name, const struct store_stat *s)
 {
-    if (reported_staged(l, name) ||
-        (l->core->stage && stage_has_entry(l->core->stage, l->dir, name)))
-        return 0; /* staged here: the overlay reported it (and knows better) */
     int n = snprintf(l->child, sizeof l->child, "%s%s%s", l->dir, *l->dir ? "/" : "", name);
     if (n <= 0 || (size_t)n >= sizeof l->child)
         l->child[0] = '\0'; /* too long to be looked up: listed only */
+    if (reported_staged(l, name) ||
+        (l->core->stage && stage_has_entry(l->core->stage, l->dir, name))) {
+        /* Staged here: the overlay reported it (and knows better), but the
+         * store's object stays the store's answer (core_lookup_store): a
+         * staged file renamed away must take it along (semantics.md §6). */
+        if (l->child[0])
+            meta_put(&l->core->meta, l->child, 0, s, l->stamp);
+        return 0;
+    }
     struct store_stat stored = *s;
     if (s->is_dir && !s->mtime_ns && l->fill && !l->dir_listed && dir_times_by_listing(l->core)) {
         l->dir_listed = 1; /* one listing below dir times all its small subdirectories */

@@ -199,6 +199,24 @@ Test(core_write, renaming_a_staged_file_publishes_only_the_new_name)
     cr_assert_eq(core_rename(core, "/final2", "/other", RENAME_EXCHANGE), -EINVAL);
 }
 
+/* semantics.md §6: a staged file renamed onto a stored object replaces it,
+ * and renamed away again takes it along: the old object does not come back
+ * (the model-based test's first find). */
+Test(core_write, a_staged_file_renamed_over_a_stored_one_then_away_leaves_no_old_object)
+{
+    cr_assert_eq(mem_store_set(mem, "d/h.tmp", "old", 3, NULL), 0);
+    write_all("/d/y.tmp", "new bytes"); /* *.tmp: held, not uploaded */
+    cr_assert_eq(core_rename(core, "/d/y.tmp", "/d/h.tmp", 0), 0);
+    cr_assert_eq(core_rename(core, "/d/h.tmp", "/d/g", 0), 0);
+    struct stat st;
+    cr_assert_eq(core_getattr(core, "/d/h.tmp", &st), -ENOENT);
+    cr_assert_eq(core_sync(core, "/"), 0);
+    cr_assert(stored_is("d/g", "new bytes"));
+    size_t len;
+    void *old = mem_store_get(mem, "d/h.tmp", &len);
+    cr_assert_null(old, "the replaced object came back");
+}
+
 Test(core_write, renaming_a_stored_object_copies_then_removes)
 {
     cr_assert_eq(core_rename(core, "/stored/obj", "/stored/moved", 0), 0);
