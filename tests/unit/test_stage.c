@@ -70,12 +70,12 @@ static struct stage_stats stats_now(void)
 /* Polls cond (an expression) every millisecond for at most `seconds`; its
  * value at the end. The races of these tests are waited for with it, on
  * what the stage or the store shows, not for a guessed time. */
-#define WAIT_UNTIL(cond, seconds)                                                                \
-    ({                                                                                           \
-        double wait_t0_ = now();                                                                 \
-        while (!(cond) && now() - wait_t0_ < (seconds))                                          \
-            usleep(1000);                                                                        \
-        (cond);                                                                                  \
+#define WAIT_UNTIL(cond, seconds)                                                                  \
+    ({                                                                                             \
+        double wait_t0_ = now();                                                                   \
+        while (!(cond) && now() - wait_t0_ < (seconds))                                            \
+            usleep(1000);                                                                          \
+        (cond);                                                                                    \
     })
 
 /* Wait (at most 10 s) until the store has seen n calls of op. */
