@@ -36,10 +36,43 @@ def write_file(path, chunks):
         os.close(fd)
 
 
-def no_uploads_left(store):
-    """No multipart upload of the store is left in progress (where the server can tell:
-    s3rver cannot list them; radosgw and the local store can)."""
+def s3rver_uploads(store):
+    """Multipart uploads in progress below an s3rver store's prefix: [(key, upload id)],
+    read from s3rver's data directory (it answers NotImplemented to
+    ListMultipartUploads). s3rver keeps each upload in <data>/<bucket>/._S3rver_uploads/
+    <upload id>/ with its key in the file "key" until the upload completes."""
+    root = os.path.join(store.server.datadir, store.bucket, "._S3rver_uploads")
+    assert os.path.isdir(os.path.join(store.server.datadir, store.bucket)), "not s3rver's layout"
+    want = store.prefix + "/" if store.prefix else ""
+    out = []
+    for upload_id in sorted(os.listdir(root)) if os.path.isdir(root) else []:
+        try:
+            with open(os.path.join(root, upload_id, "key")) as f:
+                key = f.read()
+        except FileNotFoundError:
+            continue  # completed meanwhile
+        if key.startswith(want):
+            out.append((key, upload_id))
+    return out
+
+
+def uploads_of(store):
+    """Uploads in progress on the store: the server's list, or s3rver's on-disk state."""
     left = store.uploads()
+    if left is None and isinstance(store, harness.S3Store) and isinstance(store.server, harness.S3Server):
+        left = s3rver_uploads(store)
+    assert left is not None, f"cannot list the uploads of {store.url}"
+    return left
+
+
+def no_uploads_left(store, aborted=False):
+    """No multipart upload of the store is left in progress. aborted: the uploads were
+    ended by AbortMultipartUpload, which s3rver does not have (405 MethodNotAllowed: its
+    uploads stay on disk), so there the check is skipped, saying so."""
+    if aborted and isinstance(store, harness.S3Store) and isinstance(store.server, harness.S3Server):
+        pytest.skip("s3rver cannot abort a multipart upload (405 MethodNotAllowed): "
+                    "checked on radosgw and the local directory")
+    left = uploads_of(store)
     assert not left, f"multipart uploads left on the store: {left}"
 
 
@@ -283,10 +316,13 @@ def test_unlink_during_upload_aborts_it(wstore, mounter):
     assert not os.path.exists(mnt.p("gone.bin"))
     mnt.sync()
     deadline = time.monotonic() + 30
-    while (wstore.uploads() or wstore.get("gone.bin") is not None) and time.monotonic() < deadline:
+    # s3rver cannot abort (no_uploads_left): there only the object is waited for
+    waits_uploads = not (isinstance(wstore, harness.S3Store) and isinstance(wstore.server, harness.S3Server))
+    while ((waits_uploads and uploads_of(wstore)) or wstore.get("gone.bin") is not None) \
+            and time.monotonic() < deadline:
         time.sleep(0.2)
     assert wstore.get("gone.bin") is None
-    no_uploads_left(wstore)
+    no_uploads_left(wstore, aborted=True)
 
 
 def test_directories_mkdir_rmdir_and_modes(wstore, mounter):

@@ -105,10 +105,17 @@ def test_kill9_during_a_staged_save_then_remount(wstore, mounter, faultproxy, tm
     assert st["pending_files"] == 0 and st["staged_bytes"] == 0, st
     keys = wstore.keys(ck)
     complete = f"{ck}/.metadata" in keys
+    pending = before["pending_files"]  # staged and not yet published when the kill came
+    if when == "during-save":
+        # the kill came mid-save: the files being written were staged, not published
+        assert pending > 0, f"the kill found nothing pending: not a kill during a save {before}"
+    if pending > 0:
+        # what was pending was taken over by the remount: sealed files from the journal
+        # (recovered_files), files still being written kept under stage/recovered
+        assert st["recovered_files"] > 0 or recovered_files(cache), (before, st)
     if when != "during-save":
         # the trainer's save returned: staged mode promised these bytes
         assert complete, f"the save returned but the checkpoint did not survive: {keys}"
-        assert st["recovered_files"] > 0 or before["pending_files"] == 0, (before, st)
     if complete:
         b.close()
         fresh = mounter(wstore)
@@ -124,3 +131,7 @@ def test_kill9_during_a_staged_save_then_remount(wstore, mounter, faultproxy, tm
         assert all(f"stage/recovered/{ck}/" in f for f in rec), rec
     left = wstore.uploads()
     assert not left, f"multipart uploads left behind: {left}"
+    if pending == 0:
+        # every upload had landed before the kill (possible after the save returned):
+        # the checks above held, but this run did not exercise recovery
+        pytest.skip(f"nothing was pending when the kill came ({when}): recovery not exercised")

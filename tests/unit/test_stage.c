@@ -34,7 +34,7 @@ static int sync_until_ok(void)
         if (rc == 0)
             return failed;
         cr_assert_eq(rc, -EIO);
-        usleep(20000);
+        usleep(20000); /* a poll: the next attempt is made in the background */
     }
     cr_assert_fail("sync never succeeded");
     return -1;
@@ -59,12 +59,29 @@ static double now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+/* The stage's statistics now. */
+static struct stage_stats stats_now(void)
+{
+    struct stage_stats s;
+    stage_get_stats(st, &s);
+    return s;
+}
+
+/* Polls cond (an expression) every millisecond for at most `seconds`; its
+ * value at the end. The races of these tests are waited for with it, on
+ * what the stage or the store shows, not for a guessed time. */
+#define WAIT_UNTIL(cond, seconds)                                                                  \
+    ({                                                                                             \
+        double wait_t0_ = now();                                                                   \
+        while (!(cond) && now() - wait_t0_ < (seconds))                                            \
+            usleep(1000);                                                                          \
+        (cond);                                                                                    \
+    })
+
 /* Wait (at most 10 s) until the store has seen n calls of op. */
 static void wait_calls(enum mem_op op, uint64_t n)
 {
-    double t0 = now();
-    while (mem_store_calls(mem, op) < n && now() - t0 < 10)
-        usleep(1000);
+    WAIT_UNTIL(mem_store_calls(mem, op) >= n, 10);
 }
 
 Test(stage, small_file_is_one_put)
@@ -223,9 +240,7 @@ Test(stage, unlink_during_upload_aborts_it)
     stage_writer_close(st, wf);
     stage_put(st, wf);
     cr_assert_eq(stage_sync(st, ""), 0);
-    double t0 = now();
-    while (mem_store_uploads_in_progress(mem) && now() - t0 < 10)
-        usleep(1000);
+    WAIT_UNTIL(mem_store_uploads_in_progress(mem) == 0, 10);
     cr_assert_eq(mem_store_uploads_in_progress(mem), 0, "the upload was aborted");
     cr_assert_not(stored("doomed"));
     cr_assert_eq(mem_store_calls(mem, MEM_OP_MPU_COMPLETE), 0);
@@ -259,8 +274,7 @@ Test(stage, a_held_file_never_renamed_is_uploaded_after_its_hold)
     unsigned char *d = pattern(300, 10);
     write_whole("left.tmp", d, 300, 300);
     double t0 = now();
-    while (!stored("left.tmp") && now() - t0 < 10)
-        usleep(10000);
+    WAIT_UNTIL(stored("left.tmp"), 10);
     assert_stored("left.tmp", d, 300);
     cr_assert_geq(now() - t0, 0.1, "uploaded before its hold expired");
     free(d);
@@ -395,9 +409,13 @@ Test(stage, metadata_counts_shards_written_by_another_node)
     cfg.fsync_remote = 0;
     open_stage();
     /* The shards arrive on the store from elsewhere (another mount), later. */
+    uint64_t lists = mem_store_calls(mem, MEM_OP_LIST);
     put_fixture(".metadata", "ck/.metadata", 1);
-    usleep(300000);
-    cr_assert_not(stored("ck/.metadata"));
+    /* its check has looked at the store twice and found no shards (or it
+     * was published without them) */
+    WAIT_UNTIL(mem_store_calls(mem, MEM_OP_LIST) >= lists + 2 || stored("ck/.metadata"), 10);
+    cr_assert_not(stored("ck/.metadata"), "published before its shards were there");
+    cr_assert_geq(mem_store_calls(mem, MEM_OP_LIST), lists + 2, "never checked");
     store_shards_except(NULL);
     cr_assert_eq(stage_sync(st, ""), 0);
     cr_assert(stored("ck/.metadata"));
@@ -463,16 +481,34 @@ static int count_files(const char *path)
     return n;
 }
 
+static atomic_int sealed_flushed;
+
+/* The PUT of r/sealed is sent only once its first close has returned. */
+static void put_after_close(void *arg, const struct mem_call *c)
+{
+    (void)arg;
+    if (c->op == MEM_OP_PUT && strcmp(c->path, "r/sealed") == 0)
+        WAIT_UNTIL(atomic_load(&sealed_flushed), 10);
+}
+
 Test(stage, remount_uploads_sealed_files_and_keeps_unsealed_ones)
 {
     mem_store_fail(mem, MEM_OP_ALL, -EIO, -1); /* the store is down */
+    mem_store_set_hook(mem, put_after_close, NULL);
     unsigned char *a = pattern(1000, 14), *b = pattern(2000, 15);
     struct wfile *wf;
     cr_assert_eq(stage_create(st, "r/sealed", &wf), 0);
     stage_writer_open(st, wf);
     cr_assert_eq(stage_write(st, wf, a, 1000, 0), 1000);
-    int rc = stage_flush(st, wf); /* its upload may fail before close returns */
-    cr_assert(rc == 0 || rc == -EIO, "close: %d", rc);
+    /* close seals it and starts its PUT, which has not failed yet when close
+     * returns (the hook holds it): no upload error to report yet ... */
+    int rc = stage_flush(st, wf);
+    cr_assert_eq(rc, 0, "close before the upload failed: %d", rc);
+    atomic_store(&sealed_flushed, 1);
+    /* ... a close after the attempt failed reports it */
+    cr_assert(WAIT_UNTIL(stats_now().upload_failures >= 1, 10), "the PUT was never tried");
+    rc = stage_flush(st, wf);
+    cr_assert_eq(rc, -EIO, "close after the upload failed: %d", rc);
     stage_writer_close(st, wf);
     stage_put(st, wf);
     cr_assert_eq(stage_create(st, "r/open", &wf), 0);
@@ -630,9 +666,9 @@ Test(stage, an_upload_begun_while_the_second_sweep_lists_the_key_is_kept)
      * and its multipart upload begins before the listing answers. */
     mem_store_delay(mem, MEM_OP_MPU_LIST, 1000000);
     mem_store_delay(mem, MEM_OP_MPU_COMPLETE, 1500000);
-    double t0 = now();
-    while (now() - t0 < 2.3)
-        usleep(10000);
+    uint64_t lists = mem_store_calls(mem, MEM_OP_MPU_LIST);
+    /* the second sweep's listing is on its way (counted at its start) */
+    cr_assert(WAIT_UNTIL(mem_store_calls(mem, MEM_OP_MPU_LIST) > lists, 10), "no second sweep");
     uint64_t begins = mem_store_calls(mem, MEM_OP_MPU_BEGIN);
     size_t n = 3 * PART + 5;
     unsigned char *d = pattern(n, 19);
@@ -659,9 +695,8 @@ Test(stage, an_abandoned_unmount_ends_the_second_sweep_between_keys)
     open_stage();
     uint64_t lists = mem_store_calls(mem, MEM_OP_MPU_LIST);
     mem_store_delay(mem, MEM_OP_MPU_LIST, 1000000);
-    double t0 = now();
-    while (now() - t0 < 2.3) /* the second sweep's first listing is on its way */
-        usleep(10000);
+    /* the second sweep's first listing is on its way (counted at its start) */
+    cr_assert(WAIT_UNTIL(mem_store_calls(mem, MEM_OP_MPU_LIST) > lists, 10), "no second sweep");
     stage_abandon(st); /* a second SIGTERM */
     stage_close(st);
     st = NULL;
@@ -718,7 +753,8 @@ struct busy_writer {
     pthread_t thread;
     atomic_int stop;
     struct wfile *wf;
-    size_t block; /* bytes rewritten at offset 0 every 5 ms */
+    size_t block;       /* bytes rewritten at offset 0 every 5 ms */
+    atomic_int written; /* writes made so far */
 };
 
 /* Rewrite the first b->block bytes of an open file every 5 ms until told to
@@ -730,7 +766,8 @@ static void *busy_main(void *arg)
     memset(block, 7, b->block);
     while (!b->stop) {
         cr_assert_eq(stage_write(st, b->wf, block, b->block, 0), (ssize_t)b->block);
-        usleep(5000);
+        atomic_fetch_add(&b->written, 1);
+        usleep(5000); /* the scenario: a save's pace of writes */
     }
     free(block);
     return NULL;
@@ -745,7 +782,8 @@ static void busy_start(struct busy_writer *b)
     cr_assert_eq(stage_create(st, "busy", &b->wf), 0);
     stage_writer_open(st, b->wf);
     cr_assert_eq(pthread_create(&b->thread, NULL, busy_main, b), 0);
-    usleep(150000); /* a window of writes behind us, as in a save under way */
+    /* a window of writes behind us (150 ms of them), as in a save under way */
+    cr_assert(WAIT_UNTIL(atomic_load(&b->written) >= 30, 10), "the writer does not write");
 }
 
 static void busy_stop(struct busy_writer *b)
@@ -766,10 +804,7 @@ static void reopen_staged(void)
 
 static int wait_stored(const char *path, double seconds)
 {
-    double t0 = now();
-    while (!stored(path) && now() - t0 < seconds)
-        usleep(2000);
-    return stored(path);
+    return WAIT_UNTIL(stored(path), seconds);
 }
 
 /* With the CPU pressure set and a save's writes under way, write and close
@@ -792,6 +827,10 @@ Test(stage, staged_uploads_wait_for_writers_on_a_busy_cpu)
     reopen_staged();
     struct busy_writer b = {0};
     unsigned char *d = close_while_writing(&b, 0.9, "a", 21, NULL);
+    /* its upload job has seen the busy CPU and yields */
+    cr_assert(WAIT_UNTIL(stats_now().upload_yields >= 1, 10), "the upload never yielded");
+    /* the scenario: the writers stay busy 0.4 s more, and the upload waits all
+     * of it (a span of time, not a race: upload_yield_seconds below) */
     usleep(400000);
     cr_assert_not(stored("a"), "uploaded while the writers had the busy CPU");
     busy_stop(&b);
@@ -824,7 +863,7 @@ Test(stage, a_sync_ends_the_yield)
     reopen_staged();
     struct busy_writer b = {0};
     unsigned char *d = close_while_writing(&b, 1.0, "dir/a", 23, NULL);
-    usleep(200000);
+    cr_assert(WAIT_UNTIL(stats_now().upload_yields >= 1, 10), "the upload never yielded");
     cr_assert_not(stored("dir/a"));
     double t0 = now();
     cr_assert_eq(stage_sync(st, "dir"), 0);
@@ -850,7 +889,8 @@ Test(stage, an_unknown_cpu_pressure_holds_uploads_until_it_is_read)
     reopen_staged();
     struct busy_writer b = {0};
     unsigned char *d = close_while_writing(&b, -1, "a", 27, NULL);
-    usleep(300000);
+    /* its upload job has read the unknown pressure and waits */
+    cr_assert(WAIT_UNTIL(stats_now().upload_yields >= 1, 10), "the upload never waited");
     cr_assert_not(stored("a"), "uploaded before the CPU pressure was known");
     pressure_now = 0.1;
     cr_assert(wait_stored("a", 2), "not uploaded once the CPU was known to be idle");
@@ -990,7 +1030,7 @@ Test(stage, remote_mode_and_small_writes_leave_the_disk_write_to_the_kernel)
     stage_put(st, wf);
     reopen_staged(); /* staged mode, a write under the 256 KiB that starts one */
     fd = write_through_staging("small", d, 64 * KiB, &wf);
-    usleep(300000);
+    usleep(300000); /* as above: time for a flusher, had it been asked (nothing to wait on) */
     cr_assert_eq(dirty_pages(fd), 16);
     stage_get_stats(st, &s);
     cr_assert_eq(s.writeback_starts, 0);

@@ -16,7 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 TestSuite(stage_journal, .init = stage_setup, .fini = stage_teardown, .timeout = 60);
@@ -37,7 +39,7 @@ Test(stage_journal, a_timed_out_metadata_is_retried_by_the_next_sync)
     int rc = -1;
     for (int i = 0; i < 5 && rc != 0; i++) {
         rc = stage_sync(st, "");
-        usleep(100000);
+        usleep(100000); /* a poll: the retried commit check runs in the background */
     }
     cr_assert_eq(rc, 0, "sync after the shards arrived: %d", rc);
     cr_assert(stored("ck/.metadata"), "the blocked .metadata was never retried");
@@ -57,17 +59,58 @@ static void copy_file(const char *from, const char *to)
     free(b);
 }
 
+/* ---- a thread blocked on a lock, seen from /proc ---- */
+
+static double mono(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* 1 if thread tid sleeps in a futex wait (a mutex or condition variable),
+ * from /proc/self/task/TID/syscall. */
+static int in_futex(pid_t tid)
+{
+    char p[64], line[512];
+    snprintf(p, sizeof p, "/proc/self/task/%d/syscall", (int)tid);
+    FILE *f = fopen(p, "r");
+    long nr = -1;
+    unsigned long addr = 0;
+    int ok = f && fgets(line, sizeof line, f) && sscanf(line, "%ld %lx", &nr, &addr) == 2;
+    if (f)
+        fclose(f);
+    return ok && nr == SYS_futex;
+}
+
+/* Wait (at most 10 s) until thread *tid (0 until it started) is blocked in a
+ * futex, seen so at three polls 5 ms apart (a lock it takes in passing is
+ * not that), or *done is set. 1 if it blocked. Here the journal's writes
+ * are held (hold_journal_writes), so a writer that blocks waits for them. */
+static int wait_blocked(volatile pid_t *tid, volatile int *done)
+{
+    double t0 = mono();
+    int seen = 0;
+    while (!*done && seen < 3 && mono() - t0 < 10) {
+        seen = *tid && in_futex(*tid) ? seen + 1 : 0;
+        usleep(5000);
+    }
+    return seen >= 3;
+}
+
 struct wr {
     struct wfile *wf;
     const unsigned char *buf;
     size_t len;
     uint64_t off;
     volatile int done;
+    volatile pid_t tid;
 };
 
 static void *writer_thread(void *arg)
 {
     struct wr *w = arg;
+    w->tid = (pid_t)syscall(SYS_gettid);
     stage_write(st, w->wf, w->buf, w->len, w->off);
     w->done = 1;
     return NULL;
@@ -153,16 +196,18 @@ Test(stage_journal, a_second_writer_waits_for_the_record_that_unseals)
     unsigned char a[100], b[100];
     memset(a, 'A', sizeof a);
     memset(b, 'B', sizeof b);
-    struct wr w = {wf, a, sizeof a, 0, 0};
+    struct wr w = {wf, a, sizeof a, 0, 0, 0};
     pthread_t t;
     pthread_create(&t, NULL, writer_thread, &w);
-    usleep(200000); /* writer A is in its journal put, waiting for LMDB */
+    /* writer A is in its journal put, waiting for LMDB */
+    cr_assert(wait_blocked(&w.tid, &w.done), "writer A never waited for its journal record");
     cr_assert_not(w.done);
     /* writer B: is it held up until a record saying "not sealed" is written? */
-    struct wr w2 = {wf, b, sizeof b, 500, 0};
+    struct wr w2 = {wf, b, sizeof b, 500, 0, 0};
     pthread_t t2;
     pthread_create(&t2, NULL, writer_thread, &w2);
-    usleep(300000);
+    /* B waits (for A's record, or for LMDB itself), or writes at once */
+    wait_blocked(&w2.tid, &w2.done);
     cr_assert_not(w.done, "A's journal write was not held up");
 
     /* kill -9 now: what the next mount finds */
@@ -233,11 +278,13 @@ struct trunc {
     struct wfile *wf;
     uint64_t size;
     volatile int done;
+    volatile pid_t tid;
 };
 
 static void *truncate_thread(void *arg)
 {
     struct trunc *t = arg;
+    t->tid = (pid_t)syscall(SYS_gettid);
     stage_truncate(st, t->wf, t->size);
     t->done = 1;
     return NULL;
@@ -253,10 +300,11 @@ Test(stage_journal, a_truncate_of_a_sealed_file_unseals_its_record_first)
     struct wfile *wf = sealed_durable_file("h", d, 1000);
     int release;
     pid_t pid = hold_journal_writes(&release);
-    struct trunc t = {wf, 10, 0};
+    struct trunc t = {wf, 10, 0, 0};
     pthread_t th;
     pthread_create(&th, NULL, truncate_thread, &t);
-    usleep(300000); /* the truncate waits for its record */
+    /* the truncate waits for its record, or cuts at once */
+    wait_blocked(&t.tid, &t.done);
     char name[32], p[1024];
     staging_name(wf->id, name);
     snprintf(p, sizeof p, "%s/files/%s", dir, name);

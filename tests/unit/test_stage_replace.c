@@ -16,6 +16,31 @@
 
 TestSuite(replace, .init = stage_setup, .fini = stage_teardown, .timeout = 60);
 
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Polls cond (an expression) every millisecond for at most `seconds`; its
+ * value at the end. The races here are waited for on what the stage or the
+ * store shows; the sleeps left are the slow requests of the scenarios. */
+#define WAIT_UNTIL(cond, seconds)                                                                  \
+    ({                                                                                             \
+        double wait_t0_ = now();                                                                   \
+        while (!(cond) && now() - wait_t0_ < (seconds))                                            \
+            usleep(1000);                                                                          \
+        (cond);                                                                                    \
+    })
+
+/* Body bytes of the PUTs that have taken effect on the store (counted after
+ * the object is set). */
+static uint64_t put_bytes_landed(void)
+{
+    return atomic_load(&mem_store_base(mem)->counters.put_bytes);
+}
+
 /* ---- 1: rename onto a staged file whose upload is still in flight ---- */
 
 static atomic_int slow_put_started;
@@ -25,7 +50,7 @@ static void slow_first_put(void *arg, const struct mem_call *c)
     (void)arg;
     if (c->op == MEM_OP_PUT && strcmp(c->path, "d/a") == 0 &&
         atomic_fetch_add(&slow_put_started, 1) == 0)
-        usleep(500000); /* the first PUT of d/a (the old bytes) is slow */
+        usleep(500000); /* the scenario: the first PUT of d/a (the old bytes) is slow */
 }
 
 static void rename_over_inflight(int keep_ref)
@@ -33,13 +58,13 @@ static void rename_over_inflight(int keep_ref)
     mem_store_set_hook(mem, slow_first_put, NULL);
     unsigned char *old = pattern(1000, 1), *new = pattern(1000, 2);
     write_whole("d/a", old, 1000, 1000); /* its PUT starts, slowly */
-    while (!atomic_load(&slow_put_started))
-        usleep(1000);
+    cr_assert(WAIT_UNTIL(atomic_load(&slow_put_started), 10), "the PUT of d/a never started");
     write_whole("d/a.tmp", new, 1000, 1000);                         /* held until renamed */
     struct wfile *keep = keep_ref ? stage_get(st, "d/a.tmp") : NULL; /* an open handle */
     cr_assert_eq(stage_rename(st, "d/a.tmp", "d/a"), 0);             /* mv d/a.tmp d/a */
     cr_assert_eq(stage_sync(st, ""), 0); /* d/a (new bytes) is on the store */
-    usleep(800000);                      /* ... and the old PUT lands */
+    /* ... and the old PUT lands: both PUTs' 1000 bytes have taken effect */
+    cr_assert(WAIT_UNTIL(put_bytes_landed() >= 2000, 10), "the old PUT never landed");
     size_t len = 0;
     unsigned char *got = mem_store_get(mem, "d/a", &len);
     stage_put(st, keep);
@@ -64,7 +89,7 @@ Test(replace, rename_over_a_file_with_put_in_flight_while_open)
 
 /* ---- 2: rename of a commit file while its check lists the store ---- */
 
-static atomic_int listing;
+static atomic_int listing, listed;
 
 /* The commit check's first request for ck/ (a listing, or a stat of a file
  * it names when few are left to find) is slow. */
@@ -73,8 +98,10 @@ static void slow_list(void *arg, const struct mem_call *c)
     (void)arg;
     int check = (c->op == MEM_OP_LIST && strcmp(c->path, "ck") == 0) ||
                 (c->op == MEM_OP_STAT && strncmp(c->path, "ck/", 3) == 0);
-    if (check && atomic_fetch_add(&listing, 1) == 0)
-        usleep(400000);
+    if (check && atomic_fetch_add(&listing, 1) == 0) {
+        usleep(400000); /* the scenario: the check's first request is slow */
+        atomic_store(&listed, 1);
+    }
 }
 
 /* Staged mode: the .metadata's check runs in the background. */
@@ -91,11 +118,12 @@ Test(replace, rename_of_a_metadata_during_its_check)
     store_shards_except(NULL); /* the shards are on the store already */
     mem_store_set_hook(mem, slow_list, NULL);
     put_fixture(".metadata", "ck/rank0.metadata", 1);
-    while (!atomic_load(&listing))
-        usleep(1000);
+    cr_assert(WAIT_UNTIL(atomic_load(&listing), 10), "the check never looked at the store");
     /* the supervisor is listing ck/ for it: rename it meanwhile */
     cr_assert_eq(stage_rename(st, "ck/rank0.metadata", "other/rank0.metadata"), 0);
-    usleep(800000);
+    /* the slow request has answered (the sync below waits for what the
+     * check makes of it) */
+    cr_assert(WAIT_UNTIL(atomic_load(&listed), 10), "the slow request never answered");
     cr_assert_eq(stage_sync(st, ""), -EIO, "published other/ although nothing it names is there");
 }
 
@@ -115,7 +143,7 @@ static void watch_shard(void *arg, const struct mem_call *c)
     if (c->op != MEM_OP_PUT)
         return;
     if (strcmp(c->path, w->key) == 0) {
-        usleep(1000000); /* this mount's new shard is slow to upload */
+        usleep(1000000); /* the scenario: this mount's new shard is slow to upload */
     } else if (strcmp(c->path, "ck/.metadata") == 0) {
         atomic_store(&w->meta_put, 1);
         size_t len = 0;
@@ -183,22 +211,22 @@ static void failed_abort_then_remount(int store_lists_uploads)
     cr_assert_eq(stage_create(st, "doomed", &wf), 0);
     stage_writer_open(st, wf);
     cr_assert_eq(stage_write(st, wf, d, n, 0), (ssize_t)n);
-    for (int i = 0; i < 1000 && mem_store_uploads_in_progress(mem) == 0; i++)
-        usleep(1000);
+    WAIT_UNTIL(mem_store_uploads_in_progress(mem) > 0, 10);
     cr_assert_eq(mem_store_uploads_in_progress(mem), 1);
     mem_store_fail(mem, MEM_OP_MPU_ABORT, -EIO, -1); /* the store is unreachable for aborts */
     cr_assert_eq(stage_unlink(st, "doomed"), 0);
     stage_writer_close(st, wf);
     stage_put(st, wf);
     cr_assert_eq(stage_sync(st, ""), 0);
-    usleep(200000);
+    /* the abort was tried, and failed */
+    cr_assert(WAIT_UNTIL(mem_store_calls(mem, MEM_OP_MPU_ABORT) >= 1, 10), "no abort was tried");
     /* remount the same cache directory with the store reachable again */
     stage_close(st);
     mem_store_fail(mem, MEM_OP_MPU_ABORT, 0, 0);
     if (!store_lists_uploads) /* like s3rver: only the recorded id finds it */
         mem_store_fail(mem, MEM_OP_MPU_LIST, -ENOSYS, -1);
     open_stage();
-    usleep(2500000); /* past the second sweep */
+    stage_wait_sweep(st, "doomed"); /* past the second sweep (if it has the key) */
     cr_assert_eq(stage_sync(st, ""), 0);
     size_t left = mem_store_uploads_in_progress(mem);
     free(d);
