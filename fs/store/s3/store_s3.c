@@ -1,11 +1,12 @@
 /*
  * fs/store/s3/store_s3.c - the S3 store: open, stat/list/read of s3://BUCKET[/PREFIX]
  * on top of the S3 HTTP client engine (s3_client.c; this file does not see
- * curl.h). The write calls are in store_s3_write.c; store_s3.h is shared.
+ * curl.h). The write calls are in store_s3_write.c; the store's state, keys,
+ * ETag comparison and HEAD that both use are below them in store_s3_base.c.
  *
- * Owns: what store paths mean on S3 (key = PREFIX/path, directories are
- * common prefixes), the store_ops table (stat, list, read, destroy here;
- * put, mpu_*, copy, remove, rmdir from store_s3_write.c), validation of the
+ * Owns: what directories mean on S3 (common prefixes), the store_ops table
+ * (stat, list, read, destroy here; put, mpu_*, copy, remove, mkdir, rmdir
+ * from store_s3_write.c), validation of the
  * bucket name, the configuration (credentials, region, endpoint via
  * aws_config.c, defaults for connections, timeouts and retries, payload
  * signing), and the mount-time bucket check.
@@ -24,7 +25,8 @@
 #include "s3_error.h"
 #include "s3_xml.h"
 #include "sigv4.h"
-#include "store_s3.h"
+#include "store_s3_base.h"
+#include "store_s3_write.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -41,69 +43,7 @@
 #define S3_DEFAULT_MAX_RETRIES 5
 #define S3_MOUNT_CHECK_MAX_RETRIES 2
 
-/* ---- small helpers ------------------------------------------------------ */
-
-/* The key of a store path: "PREFIX/path", "path", or PREFIX for the root. */
-char *s3_store_key(const struct s3_store *s, const char *path)
-{
-    if (!*s->prefix)
-        return strdup(path);
-    if (!*path)
-        return strdup(s->prefix);
-    return str_printf("%s/%s", s->prefix, path);
-}
-
-/* The ListObjectsV2 prefix for the directory at path: "" or "KEY/". */
-char *s3_store_dir_prefix(const struct s3_store *s, const char *path)
-{
-    char *key = s3_store_key(s, path);
-    if (!key || !*key)
-        return key;
-    char *p = str_printf("%s/", key);
-    free(key);
-    return p;
-}
-
-/* ETags compared without quotes and a weak "W/" marker. */
-int s3_etag_equal(const char *a, const char *b)
-{
-    if (strncmp(a, "W/", 2) == 0)
-        a += 2;
-    if (strncmp(b, "W/", 2) == 0)
-        b += 2;
-    size_t la = strlen(a), lb = strlen(b);
-    if (la >= 2 && a[0] == '"' && a[la - 1] == '"')
-        a++, la -= 2;
-    if (lb >= 2 && b[0] == '"' && b[lb - 1] == '"')
-        b++, lb -= 2;
-    return la == lb && memcmp(a, b, la) == 0;
-}
-
 /* ---- stat --------------------------------------------------------------- */
-
-int s3_store_head(struct s3_store *s, const char *key, struct store_stat *st)
-{
-    struct s3_request rq = {.what = "HEAD",
-                            .method = "HEAD",
-                            .key = key,
-                            .max_retries = s->max_retries,
-                            .counter = &s->base.counters.head_requests};
-    struct s3_response rs;
-    int rc = s3_client_perform(s->client, &rq, &rs);
-    if (rc == 0) {
-        if (rs.status >= 200 && rs.status <= 299) {
-            st->size = rs.content_length > 0 ? (uint64_t)rs.content_length : 0;
-            st->mtime_ns = rs.last_modified * 1000000000;
-            memcpy(st->etag, rs.etag, sizeof st->etag);
-        } else if (rs.status == 404) {
-            rc = -ENOENT;
-        } else {
-            rc = s3_client_http_failure(s->client, &rq, &rs);
-        }
-    }
-    s3_response_free(&rs);
-    return rc;
-}
 
 /* Is there any key below "key/"? Then key is a directory, whose time is the
  * newest of the first STORE_DIR_TIME_KEYS keys below it (store.h): one page. */

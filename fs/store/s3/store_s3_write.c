@@ -11,7 +11,8 @@
  * write counters. Bodies always come from the caller's file descriptor and
  * are streamed by the client. Credentials are never logged.
  */
-#include "store_s3.h"
+#include "store_s3_write.h"
+#include "store_s3_base.h"
 
 #include "log.h"
 #include "s3_client.h"
