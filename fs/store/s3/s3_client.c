@@ -18,6 +18,7 @@
 #include "s3_client.h"
 #include "strutil.h"
 
+#include "fdio.h"
 #include "log.h"
 #include "s3_error.h"
 #include "s3_xml.h"
@@ -360,26 +361,6 @@ struct body_reader {
     int err; /* positive errno when reading the file failed */
 };
 
-/* pread exactly n bytes at off (retrying EINTR and short reads): 0, or a
- * positive errno (EIO when the file ends early). */
-static int pread_full(int fd, void *buf, size_t n, uint64_t off)
-{
-    char *p = buf;
-    while (n) {
-        ssize_t got = pread(fd, p, n, (off_t)off);
-        if (got < 0 && errno == EINTR)
-            continue;
-        if (got < 0)
-            return errno;
-        if (got == 0)
-            return EIO;
-        p += got;
-        n -= (size_t)got;
-        off += (uint64_t)got;
-    }
-    return 0;
-}
-
 static size_t on_read(char *buf, size_t size, size_t n, void *arg)
 {
     struct body_reader *r = arg;
@@ -390,9 +371,9 @@ static size_t on_read(char *buf, size_t size, size_t n, void *arg)
     if (r->b->kind == S3_BODY_MEM) {
         memcpy(buf, (const char *)r->b->data + r->pos, want);
     } else {
-        int e = pread_full(r->b->fd, buf, want, r->b->offset + r->pos);
-        if (e) {
-            r->err = e;
+        int rc = pread_exact(r->b->fd, buf, want, r->b->offset + r->pos);
+        if (rc < 0) {
+            r->err = -rc;
             return CURL_READFUNC_ABORT;
         }
     }
@@ -419,7 +400,7 @@ static int sha256_fd_hex(const struct s3_body *b, char out[65])
     int e = buf && ctx && EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) == 1 ? 0 : ENOMEM;
     for (uint64_t done = 0; e == 0 && done < b->len;) {
         size_t n = b->len - done < S3_HASH_CHUNK ? (size_t)(b->len - done) : S3_HASH_CHUNK;
-        e = pread_full(b->fd, buf, n, b->offset + done);
+        e = -pread_exact(b->fd, buf, n, b->offset + done);
         if (e == 0 && EVP_DigestUpdate(ctx, buf, n) != 1)
             e = EIO;
         done += n;
