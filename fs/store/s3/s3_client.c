@@ -344,7 +344,8 @@ static void response_rewind(struct s3_response *rs)
     rs->err_body = err_body;
 }
 
-void s3_response_free(struct s3_response *rs)
+/* Release what s3_client_perform left in rs. */
+static void s3_response_free(struct s3_response *rs)
 {
     if (!rs->body_fixed)
         free(rs->body);
@@ -728,9 +729,10 @@ static void note_failure(struct s3_client *s, const struct s3_request *rq,
                 request_id(rs));
 }
 
-/* An HTTP error answer that the caller does not expect: log, count, errno. */
-int s3_client_http_failure(struct s3_client *s, const struct s3_request *rq,
-                           const struct s3_response *rs)
+/* An HTTP error answer that the caller does not expect: log (unless
+ * rq->quiet), count, and return its negative errno. */
+static int s3_client_http_failure(struct s3_client *s, const struct s3_request *rq,
+                                  const struct s3_response *rs)
 {
     struct s3_error_class c = s3_error_classify(rs->status, rs->err.code);
     atomic_fetch_add(&s->counters->errors, 1);
@@ -755,7 +757,8 @@ static long hard_timeout_ms(const struct s3_client *s, const struct s3_request *
 
 /* Send rq with retries. 0: rs holds an HTTP answer (check rs->status; free
  * with s3_response_free). Negative errno: failed for good (logged, counted). */
-int s3_client_perform(struct s3_client *s, const struct s3_request *rq, struct s3_response *rs)
+static int s3_client_perform(struct s3_client *s, const struct s3_request *rq,
+                             struct s3_response *rs)
 {
     response_init(rs, rq);
     uint64_t body_len = rq->body.kind == S3_BODY_NONE ? 0 : rq->body.len;
@@ -812,7 +815,52 @@ int s3_client_perform(struct s3_client *s, const struct s3_request *rq, struct s
     }
 }
 
+int s3_client_call(struct s3_client *s, const struct s3_request *rq)
+{
+    struct s3_response rs;
+    int rc = s3_client_perform(s, rq, &rs);
+    if (rc == 0 && rs.status >= 200 && rs.status <= 299) {
+        rc = rq->read_answer ? rq->read_answer(rq, &rs) : 0;
+    } else {
+        int result = rq->read_error ? rq->read_error(rq, &rs, rc) : S3_USUAL;
+        if (result != S3_USUAL)
+            rc = result;
+        else if (rc == 0)
+            rc = s3_client_http_failure(s, rq, &rs);
+    }
+    s3_response_free(&rs);
+    return rc;
+}
+
+int s3_client_bad_answer(struct s3_client *s, const struct s3_request *rq, const char *problem)
+{
+    atomic_fetch_add(&s->counters->errors, 1);
+    log_error("s3: %s s3://%s/%s: %s", rq->what, s->bucket, rq->key ? rq->key : "", problem);
+    return -EIO;
+}
+
 /* ---- ListObjectsV2 ------------------------------------------------------ */
+
+/* Where list_page_answer puts the page. */
+struct list_answer {
+    struct s3_client *client;
+    const char *prefix; /* for the log line */
+    struct s3_list_page *page;
+};
+
+/* read_answer of a ListObjectsV2 page: parse it. */
+static int list_page_answer(const struct s3_request *rq, struct s3_response *rs)
+{
+    struct list_answer *a = rq->answer;
+    int rc = s3_xml_parse_list(rs->body, rs->body_len, a->page);
+    if (rc < 0) {
+        atomic_fetch_add(&a->client->counters->errors, 1);
+        log_error("s3: LIST s3://%s/%s: malformed ListObjectsV2 response (%s)", a->client->bucket,
+                  a->prefix, strerror(-rc));
+        rc = -EIO;
+    }
+    return rc;
+}
 
 /* One ListObjectsV2 page into *page. */
 int s3_client_list_page(struct s3_client *s, const struct s3_list_query *lq,
@@ -836,29 +884,18 @@ int s3_client_list_page(struct s3_client *s, const struct s3_list_query *lq,
         q[nq++] = (struct sigv4_pair){"continuation-token", lq->token};
     else if (lq->start_after)
         q[nq++] = (struct sigv4_pair){"start-after", lq->start_after};
+    struct list_answer answer = {s, lq->prefix, page};
     struct s3_request rq = {.what = "LIST",
                             .method = "GET",
                             .key = NULL,
                             .query = q,
                             .nquery = nq,
                             .max_retries = lq->max_retries,
-                            .counter = &s->counters->list_requests};
-    struct s3_response rs;
+                            .counter = &s->counters->list_requests,
+                            .read_answer = list_page_answer,
+                            .answer = &answer};
     memset(page, 0, sizeof *page);
-    int rc = s3_client_perform(s, &rq, &rs);
-    if (rc == 0 && (rs.status < 200 || rs.status > 299)) {
-        rc = s3_client_http_failure(s, &rq, &rs);
-    } else if (rc == 0) {
-        rc = s3_xml_parse_list(rs.body, rs.body_len, page);
-        if (rc < 0) {
-            atomic_fetch_add(&s->counters->errors, 1);
-            log_error("s3: LIST s3://%s/%s: malformed ListObjectsV2 response (%s)", s->bucket,
-                      lq->prefix, strerror(-rc));
-            rc = -EIO;
-        }
-    }
-    s3_response_free(&rs);
-    return rc;
+    return s3_client_call(s, &rq);
 }
 
 /* ---- addressing --------------------------------------------------------- */

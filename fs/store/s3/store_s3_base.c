@@ -55,26 +55,32 @@ int s3_etag_equal(const char *a, const char *b)
 
 /* ---- HEAD --------------------------------------------------------------- */
 
+/* read_answer of HEAD: size, mtime and ETag into the store_stat. */
+static int head_answer(const struct s3_request *rq, struct s3_response *rs)
+{
+    struct store_stat *st = rq->answer;
+    st->size = rs->content_length > 0 ? (uint64_t)rs->content_length : 0;
+    st->mtime_ns = rs->last_modified * 1000000000;
+    memcpy(st->etag, rs->etag, sizeof st->etag);
+    return 0;
+}
+
+/* read_error of HEAD: 404 is -ENOENT. */
+static int head_error(const struct s3_request *rq, struct s3_response *rs, int rc)
+{
+    (void)rq;
+    return rc == 0 && rs->status == 404 ? -ENOENT : S3_USUAL;
+}
+
 int s3_store_head(struct s3_store *s, const char *key, struct store_stat *st)
 {
     struct s3_request rq = {.what = "HEAD",
                             .method = "HEAD",
                             .key = key,
                             .max_retries = s->max_retries,
-                            .counter = &s->base.counters.head_requests};
-    struct s3_response rs;
-    int rc = s3_client_perform(s->client, &rq, &rs);
-    if (rc == 0) {
-        if (rs.status >= 200 && rs.status <= 299) {
-            st->size = rs.content_length > 0 ? (uint64_t)rs.content_length : 0;
-            st->mtime_ns = rs.last_modified * 1000000000;
-            memcpy(st->etag, rs.etag, sizeof st->etag);
-        } else if (rs.status == 404) {
-            rc = -ENOENT;
-        } else {
-            rc = s3_client_http_failure(s->client, &rq, &rs);
-        }
-    }
-    s3_response_free(&rs);
-    return rc;
+                            .counter = &s->base.counters.head_requests,
+                            .read_answer = head_answer,
+                            .read_error = head_error,
+                            .answer = st};
+    return s3_client_call(s->client, &rq);
 }
