@@ -1,6 +1,6 @@
 /*
- * fs/store/s3/s3_client.c - the S3 HTTP client engine (the only file that includes
- * curl.h). See s3_client.h for the API.
+ * fs/store/s3/s3_client.c - the S3 HTTP client engine (with http.c, the only files
+ * that include curl.h). See s3_client.h for the API.
  *
  * Owns: endpoint parsing and addressing (path-style / virtual-hosted), a
  * pool of CURL easy handles (keep-alive connections, bounded parallelism)
@@ -19,6 +19,7 @@
 #include "strutil.h"
 
 #include "fdio.h"
+#include "http.h"
 #include "log.h"
 #include "s3_error.h"
 #include "s3_xml.h"
@@ -56,7 +57,6 @@
  * Complete): S3 keeps such an answer alive with whitespace, but s3rver,
  * and other servers, say nothing until they are done. */
 #define S3_ASSEMBLY_SILENCE_S 120L
-#define S3_USER_AGENT "ckptfs/0.1"
 #define S3_HASH_CHUNK (1u << 20) /* bytes read at a time to hash a file body */
 #define S3_MAX_HEADERS 16        /* signed headers of one request */
 
@@ -137,21 +137,13 @@ static void share_unlock(CURL *h, curl_lock_data data, void *arg)
         pthread_mutex_unlock(&s->share_mu[data]);
 }
 
-/* Options that never change for a handle. */
+/* Options that never change for a handle (beyond http_handle_new's). */
 static CURL *handle_new(struct s3_client *s)
 {
-    CURL *h = curl_easy_init();
+    CURL *h = http_handle_new();
     if (!h)
         return NULL;
     curl_easy_setopt(h, CURLOPT_SHARE, s->share);
-    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(h, CURLOPT_USERAGENT, S3_USER_AGENT);
-#if LIBCURL_VERSION_NUM >= 0x075500
-    curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
-#else
-    curl_easy_setopt(h, CURLOPT_PROTOCOLS, (long)(CURLPROTO_HTTP | CURLPROTO_HTTPS));
-#endif
-    curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
     curl_easy_setopt(h, CURLOPT_PATH_AS_IS, 1L); /* keys may contain "./" */
     curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
     curl_easy_setopt(h, CURLOPT_BUFFERSIZE, (long)S3_RECV_BUFFER);
@@ -448,30 +440,6 @@ static char *request_path(const struct s3_client *s, const char *key)
     return str_printf("%s/%s", s->path_base, key);
 }
 
-static int add_header(struct curl_slist **list, const char *name, const char *value)
-{
-    char *line = str_printf("%s: %s", name, value);
-    struct curl_slist *n = line ? curl_slist_append(*list, line) : NULL;
-    if (line) {
-        OPENSSL_cleanse(line, strlen(line));
-        free(line);
-    }
-    if (!n)
-        return -ENOMEM;
-    *list = n;
-    return 0;
-}
-
-/* A header line as is ("Name:" with no value removes curl's own). */
-static int add_raw_header(struct curl_slist **list, const char *line)
-{
-    struct curl_slist *n = curl_slist_append(*list, line);
-    if (!n)
-        return -ENOMEM;
-    *list = n;
-    return 0;
-}
-
 /* Signed headers for rq (and Authorization unless anonymous) into *list;
  * payload is the x-amz-content-sha256 value. */
 static int sign_headers(const struct s3_client *s, const struct s3_request *rq, const char *path,
@@ -498,7 +466,7 @@ static int sign_headers(const struct s3_client *s, const struct s3_request *rq, 
         h[nh++] = rq->headers[i];
     int rc = 0;
     for (size_t i = 0; i < nh && rc == 0; i++)
-        rc = add_header(list, h[i].name, h[i].value);
+        rc = http_add_header(list, h[i].name, h[i].value);
     if (!cr || rc < 0) {
         creds_unref(cr);
         return rc;
@@ -506,7 +474,7 @@ static int sign_headers(const struct s3_client *s, const struct s3_request *rq, 
     struct sigv4_request req = {rq->method, path, rq->query, rq->nquery, h, nh, payload};
     struct sigv4_credentials cred = {cr->access_key_id, cr->secret_access_key, cr->session_token};
     char *auth = sigv4_authorization(&req, &cred, date, s->region, "s3");
-    rc = auth ? add_header(list, "Authorization", auth) : -ENOMEM;
+    rc = auth ? http_add_header(list, "Authorization", auth) : -ENOMEM;
     if (auth) {
         OPENSSL_cleanse(auth, strlen(auth));
         free(auth);
@@ -576,7 +544,7 @@ static void send_once(const struct s3_client *s, CURL *h, const struct s3_reques
     /* No "Expect: 100-continue" (curl's default for large uploads): it costs
      * a round trip per part, or a 1 s stall with servers that ignore it. */
     if (!url || sign_headers(s, rq, path, payload, &headers) < 0 ||
-        (has_body(rq) && add_raw_header(&headers, "Expect:") < 0)) {
+        (has_body(rq) && http_add_raw_header(&headers, "Expect:") < 0)) {
         rs->transport_rc = CURLE_OUT_OF_MEMORY;
         snprintf(rs->transport_err, sizeof rs->transport_err, "out of memory");
     } else {

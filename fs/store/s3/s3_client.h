@@ -9,8 +9,10 @@
  * attempt (also an <Error> document inside a 200 answer) and retrying with
  * jittered exponential backoff, mapping failures to errno (s3_error.c) with
  * their log lines, and fetching one ListObjectsV2 page (s3_xml.c).
- * s3_client.c is the only S3 file that includes curl.h (creds.c has its own
- * small requests to IMDS / STS); nothing here exposes libcurl types.
+ * Every request goes through s3_client_call. Handle defaults and header lines
+ * come from http.c, the libcurl plumbing shared with the credentials sources
+ * (creds.c); s3_client.c and http.c are the only files that include curl.h,
+ * and nothing here exposes libcurl types.
  *
  * What a path means (keys, directories, listings, reads, writes) is the
  * store's business: see store_s3.c and store_s3_write.c. Credentials are
