@@ -25,6 +25,7 @@
 #include "s3_xml.h"
 #include "sigv4.h"
 
+#include <assert.h>
 #include <curl/curl.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -787,10 +788,13 @@ int s3_client_call(struct s3_client *s, const struct s3_request *rq)
 {
     struct s3_response rs;
     int rc = s3_client_perform(s, rq, &rs);
+    assert(rc <= 0);
     if (rc == 0 && rs.status >= 200 && rs.status <= 299) {
         rc = rq->read_answer ? rq->read_answer(rq, &rs) : 0;
     } else {
         int result = rq->read_error ? rq->read_error(rq, &rs, rc) : S3_USUAL;
+        assert(result <= 0 || result == S3_USUAL);
+        assert(rc == 0 || result != 0); /* no answer is never a success */
         if (result != S3_USUAL)
             rc = result;
         else if (rc == 0)
