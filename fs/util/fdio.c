@@ -21,3 +21,12 @@ int pread_full(int fd, void *buf, size_t len, uint64_t off, size_t *done)
     }
     return 0;
 }
+
+int pread_exact(int fd, void *buf, size_t len, uint64_t off)
+{
+    size_t done;
+    int rc = pread_full(fd, buf, len, off, &done);
+    if (rc < 0)
+        return rc;
+    return done < len ? -EIO : 0;
+}

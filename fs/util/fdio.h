@@ -11,4 +11,8 @@
  * 0 (*done < len only at end of file) or -errno (*done bytes read first). */
 int pread_full(int fd, void *buf, size_t len, uint64_t off, size_t *done);
 
+/* Read exactly len bytes of fd at off into buf (pread_full): 0, -errno, or
+ * -EIO when the file ends first. */
+int pread_exact(int fd, void *buf, size_t len, uint64_t off);
+
 #endif

@@ -12,7 +12,7 @@
 
 #include "s3_client.h"
 #include "s3_error.h"
-#include "store_s3.h"
+#include "store_s3_write.h"
 
 static long embedded(const char *body, struct s3_error_body *e)
 {

@@ -8,14 +8,14 @@
  *
  * Owns: struct creds (refcounts), struct creds_provider (its lock, condition
  * variable and refresh thread), the bounded parsers of every credentials
- * answer, and the small HTTP requests to IMDS / container / STS (through
- * libcurl easy handles of its own; S3 traffic stays in s3_client.c).
+ * answer, and the small HTTP requests to IMDS / container / STS (sent with
+ * http_fetch of http.c, the plumbing under the S3 client engine too; S3
+ * traffic itself is s3_client.c's).
  * Secrets are wiped before they are freed and never logged.
  */
 #include "creds.h"
 
 #include <assert.h>
-#include <curl/curl.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -33,6 +33,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "http.h"
 #include "log.h"
 #include "sigv4.h"
 #include "strutil.h"
@@ -335,94 +336,23 @@ long creds_retry_delay(int failures, time_t now, time_t expires)
     return d < CREDS_RETRY_MIN_S ? CREDS_RETRY_MIN_S : d;
 }
 
-/* ---- small HTTP requests ------------------------------------------------ */
+/* ---- small HTTP requests (http.c) ------------------------------------- */
 
-struct http_buf {
-    char *data;
-    size_t len;
-    int overflow;
-};
-
-static size_t on_data(char *ptr, size_t size, size_t n, void *arg)
+/* One request to a credentials source (http_fetch): 0 with *status and the
+ * answer in *b, or a negative errno with the reason in err. */
+static int http_do(const char *method, const char *url, const struct sigv4_pair *headers,
+                   size_t nheaders, const char *body, long timeout_ms, long *status,
+                   struct http_buf *b, char *err, size_t errlen)
 {
-    struct http_buf *b = arg;
-    size_t add = size * n;
-    if (b->len + add > CREDS_MAX_RESPONSE) {
-        b->overflow = 1;
-        return 0;
-    }
-    char *d = realloc(b->data, b->len + add + 1);
-    if (!d)
-        return 0;
-    memcpy(d + b->len, ptr, add);
-    b->data = d;
-    b->len += add;
-    d[b->len] = '\0';
-    return add;
-}
-
-static void http_buf_free(struct http_buf *b)
-{
-    if (b->data)
-        OPENSSL_cleanse(b->data, b->len);
-    free(b->data);
-    memset(b, 0, sizeof *b);
-}
-
-/* One request; 0 with *status and the body in *b, or -EIO (transport
- * failure, message in err; -ETIMEDOUT / -ECONNREFUSED when nothing answered). */
-static int http_do(const char *method, const char *url, struct curl_slist *hdrs, const char *body,
-                   long timeout_ms, long *status, struct http_buf *b, char *err, size_t errlen)
-{
-    memset(b, 0, sizeof *b);
-    CURL *h = curl_easy_init();
-    if (!h) {
-        snprintf(err, errlen, "out of memory");
-        return -ENOMEM;
-    }
-    char cerr[CURL_ERROR_SIZE] = "";
-    curl_easy_setopt(h, CURLOPT_URL, url);
-    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)CREDS_HTTP_CONNECT_MS);
-    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, timeout_ms);
-    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_data);
-    curl_easy_setopt(h, CURLOPT_WRITEDATA, b);
-    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, cerr);
-    curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
-    curl_easy_setopt(h, CURLOPT_USERAGENT, "ckptfs/0.1");
-    if (strcmp(method, "POST") == 0) {
-        curl_easy_setopt(h, CURLOPT_POSTFIELDS, body ? body : "");
-    } else if (strcmp(method, "PUT") == 0) {
-        curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, "PUT");
-    }
-    CURLcode rc = curl_easy_perform(h);
-    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, status);
-    curl_easy_cleanup(h);
-    if (rc == CURLE_OK)
-        return 0;
-    if (b->overflow)
-        snprintf(err, errlen, "%s %s: answer larger than %d bytes", method, url,
-                 CREDS_MAX_RESPONSE);
-    else
-        snprintf(err, errlen, "%s %s: %s", method, url, cerr[0] ? cerr : curl_easy_strerror(rc));
-    http_buf_free(b);
-    return rc == CURLE_COULDNT_CONNECT        ? -ECONNREFUSED
-           : rc == CURLE_OPERATION_TIMEDOUT   ? -ETIMEDOUT
-           : rc == CURLE_COULDNT_RESOLVE_HOST ? -ECONNREFUSED
-                                              : -EIO;
-}
-
-static int add_hdr(struct curl_slist **l, const char *fmt, const char *v)
-{
-    char line[8192];
-    snprintf(line, sizeof line, fmt, v);
-    struct curl_slist *n = curl_slist_append(*l, line);
-    OPENSSL_cleanse(line, sizeof line);
-    if (!n)
-        return -ENOMEM;
-    *l = n;
-    return 0;
+    struct http_fetch f = {.method = method,
+                           .url = url,
+                           .headers = headers,
+                           .nheaders = nheaders,
+                           .body = body,
+                           .connect_timeout_ms = CREDS_HTTP_CONNECT_MS,
+                           .timeout_ms = timeout_ms,
+                           .max_answer = CREDS_MAX_RESPONSE};
+    return http_fetch(&f, status, b, err, errlen);
 }
 
 /* A small file (a token), whitespace at the end trimmed; malloc'ed or NULL. */
@@ -508,6 +438,51 @@ static int split_url(const char *url, char *host, size_t hl, char *path, size_t 
     return 0;
 }
 
+#define STS_CONTENT_TYPE "application/x-www-form-urlencoded; charset=utf-8"
+
+/* The SigV4 signature of an STS POST: the headers it signs, and the buffers
+ * they point into. */
+struct sts_signature {
+    char host[512], path[1024], date[17], hash[65];
+    char *auth; /* the Authorization value (wiped by sts_signature_free) */
+};
+
+static void sts_signature_free(struct sts_signature *sig)
+{
+    free_secret(sig->auth);
+    sig->auth = NULL;
+}
+
+/* Sign the STS POST of body with src: Authorization and the x-amz-* headers
+ * (content hash, date, token if any) appended to h at *nh. 0, -EINVAL (bad
+ * STS URL, reason in err) or -ENOMEM. */
+static int sts_sign(const struct creds_provider *p, const struct creds *src, const char *body,
+                    struct sts_signature *sig, struct sigv4_pair *h, size_t *nh, char *err,
+                    size_t errlen)
+{
+    if (split_url(p->sts_url, sig->host, sizeof sig->host, sig->path, sizeof sig->path) < 0) {
+        snprintf(err, errlen, "bad STS endpoint URL '%s'", p->sts_url);
+        return -EINVAL;
+    }
+    sigv4_amz_date(time(NULL), sig->date);
+    sigv4_sha256_hex(body, strlen(body), sig->hash);
+    struct sigv4_pair sh[5] = {{"host", sig->host},
+                               {"content-type", STS_CONTENT_TYPE},
+                               {"x-amz-content-sha256", sig->hash},
+                               {"x-amz-date", sig->date},
+                               {"x-amz-security-token", src->session_token}};
+    size_t nsh = src->session_token ? 5 : 4;
+    struct sigv4_request req = {"POST", sig->path, NULL, 0, sh, nsh, sig->hash};
+    struct sigv4_credentials sc = {src->access_key_id, src->secret_access_key, src->session_token};
+    sig->auth = sigv4_authorization(&req, &sc, sig->date, p->cfg.region, "sts");
+    if (!sig->auth)
+        return -ENOMEM;
+    h[(*nh)++] = (struct sigv4_pair){"Authorization", sig->auth};
+    for (size_t i = 2; i < nsh; i++)
+        h[(*nh)++] = sh[i];
+    return 0;
+}
+
 /* POST an STS query; signed with src when non-NULL (AssumeRole). */
 static int sts_call(struct creds_provider *p, const struct sigv4_pair *q, size_t nq,
                     const struct creds *src, struct creds **out, char *err, size_t errlen)
@@ -515,48 +490,16 @@ static int sts_call(struct creds_provider *p, const struct sigv4_pair *q, size_t
     char *body = form(q, nq);
     if (!body)
         return -ENOMEM;
-    struct curl_slist *h = NULL;
-    int rc = add_hdr(&h, "Content-Type: %s", "application/x-www-form-urlencoded; charset=utf-8");
-    if (rc == 0) /* no "Expect: 100-continue" for a long web identity token */
-        rc = add_hdr(&h, "Expect:%s", "");
-    if (rc == 0 && src) {
-        char host[512], path[1024], date[17], hash[65];
-        if (split_url(p->sts_url, host, sizeof host, path, sizeof path) < 0) {
-            snprintf(err, errlen, "bad STS endpoint URL '%s'", p->sts_url);
-            rc = -EINVAL;
-        } else {
-            sigv4_amz_date(time(NULL), date);
-            sigv4_sha256_hex(body, strlen(body), hash);
-            struct sigv4_pair sh[5] = {
-                {"host", host},
-                {"content-type", "application/x-www-form-urlencoded; charset=utf-8"},
-                {"x-amz-content-sha256", hash},
-                {"x-amz-date", date},
-                {"x-amz-security-token", src->session_token}};
-            size_t nsh = src->session_token ? 5 : 4;
-            struct sigv4_request req = {"POST", path, NULL, 0, sh, nsh, hash};
-            struct sigv4_credentials sc = {src->access_key_id, src->secret_access_key,
-                                           src->session_token};
-            char *auth = sigv4_authorization(&req, &sc, date, p->cfg.region, "sts");
-            rc = auth ? 0 : -ENOMEM;
-            if (rc == 0)
-                rc = add_hdr(&h, "Authorization: %s", auth);
-            if (auth) {
-                OPENSSL_cleanse(auth, strlen(auth));
-                free(auth);
-            }
-            for (size_t i = 2; rc == 0 && i < nsh; i++) {
-                char line[64];
-                snprintf(line, sizeof line, "%s: %%s", sh[i].name);
-                rc = add_hdr(&h, line, sh[i].value);
-            }
-        }
-    }
+    struct sigv4_pair h[5] = {{"Content-Type", STS_CONTENT_TYPE}};
+    size_t nh = 1;
+    struct sts_signature sig = {.auth = NULL};
+    int rc = src ? sts_sign(p, src, body, &sig, h, &nh, err, errlen) : 0;
     long status = 0;
     struct http_buf b;
     if (rc == 0)
-        rc = http_do("POST", p->sts_url, h, body, CREDS_HTTP_TIMEOUT_MS, &status, &b, err, errlen);
-    curl_slist_free_all(h);
+        rc = http_do("POST", p->sts_url, h, nh, body, CREDS_HTTP_TIMEOUT_MS, &status, &b, err,
+                     errlen);
+    sts_signature_free(&sig);
     OPENSSL_cleanse(body, strlen(body));
     free(body);
     if (rc < 0)
@@ -606,9 +549,7 @@ static int fetch_assume_role(struct creds_provider *p, struct creds **out, char 
 
 static int fetch_container(struct creds_provider *p, struct creds **out, char *err, size_t errlen)
 {
-    struct curl_slist *h = NULL;
     char *tok = NULL;
-    int rc = 0;
     if (p->cfg.container_token_file) {
         tok = read_small_file(p->cfg.container_token_file, err, errlen,
                               "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE");
@@ -616,15 +557,12 @@ static int fetch_container(struct creds_provider *p, struct creds **out, char *e
             return -EINVAL;
     }
     const char *auth = tok ? tok : p->cfg.container_token;
-    if (auth)
-        rc = add_hdr(&h, "Authorization: %s", auth);
-    free_secret(tok);
+    struct sigv4_pair h[] = {{"Authorization", auth}};
     long status = 0;
     struct http_buf b;
-    if (rc == 0)
-        rc = http_do("GET", p->cfg.container_url, h, NULL, CREDS_HTTP_TIMEOUT_MS, &status, &b, err,
-                     errlen);
-    curl_slist_free_all(h);
+    int rc = http_do("GET", p->cfg.container_url, h, auth ? 1 : 0, NULL, CREDS_HTTP_TIMEOUT_MS,
+                     &status, &b, err, errlen);
+    free_secret(tok);
     if (rc < 0)
         return rc;
     if (status != 200) {
@@ -647,15 +585,11 @@ static int fetch_imds(struct creds_provider *p, struct creds **out, char *err, s
     size_t bl = strlen(base);
     while (bl && base[bl - 1] == '/')
         bl--;
-    struct curl_slist *h = NULL;
     long status = 0;
     struct http_buf b;
     snprintf(url, sizeof url, "%.*s/latest/api/token", (int)bl, base);
-    int rc = add_hdr(&h, "X-aws-ec2-metadata-token-ttl-seconds: %s", "21600");
-    if (rc == 0)
-        rc = http_do("PUT", url, h, NULL, CREDS_IMDS_TIMEOUT_MS, &status, &b, err, errlen);
-    curl_slist_free_all(h);
-    h = NULL;
+    struct sigv4_pair ttl[] = {{"X-aws-ec2-metadata-token-ttl-seconds", "21600"}};
+    int rc = http_do("PUT", url, ttl, 1, NULL, CREDS_IMDS_TIMEOUT_MS, &status, &b, err, errlen);
     if (rc == -ECONNREFUSED || rc == -ETIMEDOUT)
         return -ENODEV;
     if (rc < 0)
@@ -667,17 +601,15 @@ static int fetch_imds(struct creds_provider *p, struct creds **out, char *err, s
     }
     token = strndup(b.data, b.len);
     http_buf_free(&b);
-    if (!token || add_hdr(&h, "X-aws-ec2-metadata-token: %s", token) < 0) {
-        free_secret(token);
-        curl_slist_free_all(h);
+    if (!token)
         return -ENOMEM;
-    }
-    free_secret(token);
+    struct sigv4_pair h[] = {{"X-aws-ec2-metadata-token", token}};
     snprintf(url, sizeof url, "%.*s/latest/meta-data/iam/security-credentials/", (int)bl, base);
-    rc = http_do("GET", url, h, NULL, CREDS_IMDS_TIMEOUT_MS, &status, &b, err, errlen);
+    rc = http_do("GET", url, h, 1, NULL, CREDS_IMDS_TIMEOUT_MS, &status, &b, err, errlen);
     if (rc == 0 && status != 200) {
         snprintf(err, errlen, "IMDS %s answered HTTP %ld (no instance profile attached?)", url,
                  status);
+        http_buf_free(&b);
         rc = -EIO;
     }
     if (rc == 0) {
@@ -694,7 +626,7 @@ static int fetch_imds(struct creds_provider *p, struct creds **out, char *err, s
     if (rc == 0) {
         snprintf(url, sizeof url, "%.*s/latest/meta-data/iam/security-credentials/%s", (int)bl,
                  base, role);
-        rc = http_do("GET", url, h, NULL, CREDS_IMDS_TIMEOUT_MS, &status, &b, err, errlen);
+        rc = http_do("GET", url, h, 1, NULL, CREDS_IMDS_TIMEOUT_MS, &status, &b, err, errlen);
         if (rc == 0 && status != 200) {
             snprintf(err, errlen, "IMDS %s answered HTTP %ld", url, status);
             rc = -EIO;
@@ -703,7 +635,7 @@ static int fetch_imds(struct creds_provider *p, struct creds **out, char *err, s
         }
         http_buf_free(&b);
     }
-    curl_slist_free_all(h);
+    free_secret(token);
     return rc;
 }
 
@@ -730,7 +662,7 @@ static int fetch_process(struct creds_provider *p, struct creds **out, char *err
         snprintf(err, errlen, "credential_process: cannot start /bin/sh: %s", strerror(src));
         return -EIO;
     }
-    struct http_buf b = {0};
+    struct http_buf b = {.max = CREDS_MAX_RESPONSE};
     char chunk[4096];
     int rc = 0;
     time_t deadline = time(NULL) + CREDS_PROCESS_TIMEOUT_S;
@@ -751,7 +683,7 @@ static int fetch_process(struct creds_provider *p, struct creds **out, char *err
             continue;
         if (r <= 0)
             break;
-        if (on_data(chunk, 1, (size_t)r, &b) != (size_t)r) {
+        if (http_buf_add(&b, chunk, (size_t)r) < 0) {
             snprintf(err, errlen, "credential_process printed more than %d bytes: killed",
                      CREDS_MAX_RESPONSE);
             rc = -EFBIG;

@@ -1,6 +1,6 @@
 /*
- * fs/store/s3/s3_client.c - the S3 HTTP client engine (the only file that includes
- * curl.h). See s3_client.h for the API.
+ * fs/store/s3/s3_client.c - the S3 HTTP client engine (with http.c, the only files
+ * that include curl.h). See s3_client.h for the API.
  *
  * Owns: endpoint parsing and addressing (path-style / virtual-hosted), a
  * pool of CURL easy handles (keep-alive connections, bounded parallelism)
@@ -18,11 +18,14 @@
 #include "s3_client.h"
 #include "strutil.h"
 
+#include "fdio.h"
+#include "http.h"
 #include "log.h"
 #include "s3_error.h"
 #include "s3_xml.h"
 #include "sigv4.h"
 
+#include <assert.h>
 #include <curl/curl.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -55,7 +58,6 @@
  * Complete): S3 keeps such an answer alive with whitespace, but s3rver,
  * and other servers, say nothing until they are done. */
 #define S3_ASSEMBLY_SILENCE_S 120L
-#define S3_USER_AGENT "ckptfs/0.1"
 #define S3_HASH_CHUNK (1u << 20) /* bytes read at a time to hash a file body */
 #define S3_MAX_HEADERS 16        /* signed headers of one request */
 
@@ -136,21 +138,13 @@ static void share_unlock(CURL *h, curl_lock_data data, void *arg)
         pthread_mutex_unlock(&s->share_mu[data]);
 }
 
-/* Options that never change for a handle. */
+/* Options that never change for a handle (beyond http_handle_new's). */
 static CURL *handle_new(struct s3_client *s)
 {
-    CURL *h = curl_easy_init();
+    CURL *h = http_handle_new();
     if (!h)
         return NULL;
     curl_easy_setopt(h, CURLOPT_SHARE, s->share);
-    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(h, CURLOPT_USERAGENT, S3_USER_AGENT);
-#if LIBCURL_VERSION_NUM >= 0x075500
-    curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
-#else
-    curl_easy_setopt(h, CURLOPT_PROTOCOLS, (long)(CURLPROTO_HTTP | CURLPROTO_HTTPS));
-#endif
-    curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
     curl_easy_setopt(h, CURLOPT_PATH_AS_IS, 1L); /* keys may contain "./" */
     curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
     curl_easy_setopt(h, CURLOPT_BUFFERSIZE, (long)S3_RECV_BUFFER);
@@ -343,7 +337,8 @@ static void response_rewind(struct s3_response *rs)
     rs->err_body = err_body;
 }
 
-void s3_response_free(struct s3_response *rs)
+/* Release what s3_client_perform left in rs. */
+static void s3_response_free(struct s3_response *rs)
 {
     if (!rs->body_fixed)
         free(rs->body);
@@ -360,26 +355,6 @@ struct body_reader {
     int err; /* positive errno when reading the file failed */
 };
 
-/* pread exactly n bytes at off (retrying EINTR and short reads): 0, or a
- * positive errno (EIO when the file ends early). */
-static int pread_full(int fd, void *buf, size_t n, uint64_t off)
-{
-    char *p = buf;
-    while (n) {
-        ssize_t got = pread(fd, p, n, (off_t)off);
-        if (got < 0 && errno == EINTR)
-            continue;
-        if (got < 0)
-            return errno;
-        if (got == 0)
-            return EIO;
-        p += got;
-        n -= (size_t)got;
-        off += (uint64_t)got;
-    }
-    return 0;
-}
-
 static size_t on_read(char *buf, size_t size, size_t n, void *arg)
 {
     struct body_reader *r = arg;
@@ -390,9 +365,9 @@ static size_t on_read(char *buf, size_t size, size_t n, void *arg)
     if (r->b->kind == S3_BODY_MEM) {
         memcpy(buf, (const char *)r->b->data + r->pos, want);
     } else {
-        int e = pread_full(r->b->fd, buf, want, r->b->offset + r->pos);
-        if (e) {
-            r->err = e;
+        int rc = pread_exact(r->b->fd, buf, want, r->b->offset + r->pos);
+        if (rc < 0) {
+            r->err = -rc;
             return CURL_READFUNC_ABORT;
         }
     }
@@ -419,7 +394,7 @@ static int sha256_fd_hex(const struct s3_body *b, char out[65])
     int e = buf && ctx && EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) == 1 ? 0 : ENOMEM;
     for (uint64_t done = 0; e == 0 && done < b->len;) {
         size_t n = b->len - done < S3_HASH_CHUNK ? (size_t)(b->len - done) : S3_HASH_CHUNK;
-        e = pread_full(b->fd, buf, n, b->offset + done);
+        e = -pread_exact(b->fd, buf, n, b->offset + done);
         if (e == 0 && EVP_DigestUpdate(ctx, buf, n) != 1)
             e = EIO;
         done += n;
@@ -466,30 +441,6 @@ static char *request_path(const struct s3_client *s, const char *key)
     return str_printf("%s/%s", s->path_base, key);
 }
 
-static int add_header(struct curl_slist **list, const char *name, const char *value)
-{
-    char *line = str_printf("%s: %s", name, value);
-    struct curl_slist *n = line ? curl_slist_append(*list, line) : NULL;
-    if (line) {
-        OPENSSL_cleanse(line, strlen(line));
-        free(line);
-    }
-    if (!n)
-        return -ENOMEM;
-    *list = n;
-    return 0;
-}
-
-/* A header line as is ("Name:" with no value removes curl's own). */
-static int add_raw_header(struct curl_slist **list, const char *line)
-{
-    struct curl_slist *n = curl_slist_append(*list, line);
-    if (!n)
-        return -ENOMEM;
-    *list = n;
-    return 0;
-}
-
 /* Signed headers for rq (and Authorization unless anonymous) into *list;
  * payload is the x-amz-content-sha256 value. */
 static int sign_headers(const struct s3_client *s, const struct s3_request *rq, const char *path,
@@ -516,7 +467,7 @@ static int sign_headers(const struct s3_client *s, const struct s3_request *rq, 
         h[nh++] = rq->headers[i];
     int rc = 0;
     for (size_t i = 0; i < nh && rc == 0; i++)
-        rc = add_header(list, h[i].name, h[i].value);
+        rc = http_add_header(list, h[i].name, h[i].value);
     if (!cr || rc < 0) {
         creds_unref(cr);
         return rc;
@@ -524,7 +475,7 @@ static int sign_headers(const struct s3_client *s, const struct s3_request *rq, 
     struct sigv4_request req = {rq->method, path, rq->query, rq->nquery, h, nh, payload};
     struct sigv4_credentials cred = {cr->access_key_id, cr->secret_access_key, cr->session_token};
     char *auth = sigv4_authorization(&req, &cred, date, s->region, "s3");
-    rc = auth ? add_header(list, "Authorization", auth) : -ENOMEM;
+    rc = auth ? http_add_header(list, "Authorization", auth) : -ENOMEM;
     if (auth) {
         OPENSSL_cleanse(auth, strlen(auth));
         free(auth);
@@ -594,7 +545,7 @@ static void send_once(const struct s3_client *s, CURL *h, const struct s3_reques
     /* No "Expect: 100-continue" (curl's default for large uploads): it costs
      * a round trip per part, or a 1 s stall with servers that ignore it. */
     if (!url || sign_headers(s, rq, path, payload, &headers) < 0 ||
-        (has_body(rq) && add_raw_header(&headers, "Expect:") < 0)) {
+        (has_body(rq) && http_add_raw_header(&headers, "Expect:") < 0)) {
         rs->transport_rc = CURLE_OUT_OF_MEMORY;
         snprintf(rs->transport_err, sizeof rs->transport_err, "out of memory");
     } else {
@@ -747,9 +698,10 @@ static void note_failure(struct s3_client *s, const struct s3_request *rq,
                 request_id(rs));
 }
 
-/* An HTTP error answer that the caller does not expect: log, count, errno. */
-int s3_client_http_failure(struct s3_client *s, const struct s3_request *rq,
-                           const struct s3_response *rs)
+/* An HTTP error answer that the caller does not expect: log (unless
+ * rq->quiet), count, and return its negative errno. */
+static int s3_client_http_failure(struct s3_client *s, const struct s3_request *rq,
+                                  const struct s3_response *rs)
 {
     struct s3_error_class c = s3_error_classify(rs->status, rs->err.code);
     atomic_fetch_add(&s->counters->errors, 1);
@@ -774,7 +726,8 @@ static long hard_timeout_ms(const struct s3_client *s, const struct s3_request *
 
 /* Send rq with retries. 0: rs holds an HTTP answer (check rs->status; free
  * with s3_response_free). Negative errno: failed for good (logged, counted). */
-int s3_client_perform(struct s3_client *s, const struct s3_request *rq, struct s3_response *rs)
+static int s3_client_perform(struct s3_client *s, const struct s3_request *rq,
+                             struct s3_response *rs)
 {
     response_init(rs, rq);
     uint64_t body_len = rq->body.kind == S3_BODY_NONE ? 0 : rq->body.len;
@@ -831,7 +784,55 @@ int s3_client_perform(struct s3_client *s, const struct s3_request *rq, struct s
     }
 }
 
+int s3_client_call(struct s3_client *s, const struct s3_request *rq)
+{
+    struct s3_response rs;
+    int rc = s3_client_perform(s, rq, &rs);
+    assert(rc <= 0);
+    if (rc == 0 && rs.status >= 200 && rs.status <= 299) {
+        rc = rq->read_answer ? rq->read_answer(rq, &rs) : 0;
+    } else {
+        int result = rq->read_error ? rq->read_error(rq, &rs, rc) : S3_USUAL;
+        assert(result <= 0 || result == S3_USUAL);
+        assert(rc == 0 || result != 0); /* no answer is never a success */
+        if (result != S3_USUAL)
+            rc = result;
+        else if (rc == 0)
+            rc = s3_client_http_failure(s, rq, &rs);
+    }
+    s3_response_free(&rs);
+    return rc;
+}
+
+int s3_client_bad_answer(struct s3_client *s, const struct s3_request *rq, const char *problem)
+{
+    atomic_fetch_add(&s->counters->errors, 1);
+    log_error("s3: %s s3://%s/%s: %s", rq->what, s->bucket, rq->key ? rq->key : "", problem);
+    return -EIO;
+}
+
 /* ---- ListObjectsV2 ------------------------------------------------------ */
+
+/* Where list_page_answer puts the page. */
+struct list_answer {
+    struct s3_client *client;
+    const char *prefix; /* for the log line */
+    struct s3_list_page *page;
+};
+
+/* read_answer of a ListObjectsV2 page: parse it. */
+static int list_page_answer(const struct s3_request *rq, struct s3_response *rs)
+{
+    struct list_answer *a = rq->answer;
+    int rc = s3_xml_parse_list(rs->body, rs->body_len, a->page);
+    if (rc < 0) {
+        atomic_fetch_add(&a->client->counters->errors, 1);
+        log_error("s3: LIST s3://%s/%s: malformed ListObjectsV2 response (%s)", a->client->bucket,
+                  a->prefix, strerror(-rc));
+        rc = -EIO;
+    }
+    return rc;
+}
 
 /* One ListObjectsV2 page into *page. */
 int s3_client_list_page(struct s3_client *s, const struct s3_list_query *lq,
@@ -855,29 +856,18 @@ int s3_client_list_page(struct s3_client *s, const struct s3_list_query *lq,
         q[nq++] = (struct sigv4_pair){"continuation-token", lq->token};
     else if (lq->start_after)
         q[nq++] = (struct sigv4_pair){"start-after", lq->start_after};
+    struct list_answer answer = {s, lq->prefix, page};
     struct s3_request rq = {.what = "LIST",
                             .method = "GET",
                             .key = NULL,
                             .query = q,
                             .nquery = nq,
                             .max_retries = lq->max_retries,
-                            .counter = &s->counters->list_requests};
-    struct s3_response rs;
+                            .counter = &s->counters->list_requests,
+                            .read_answer = list_page_answer,
+                            .answer = &answer};
     memset(page, 0, sizeof *page);
-    int rc = s3_client_perform(s, &rq, &rs);
-    if (rc == 0 && (rs.status < 200 || rs.status > 299)) {
-        rc = s3_client_http_failure(s, &rq, &rs);
-    } else if (rc == 0) {
-        rc = s3_xml_parse_list(rs.body, rs.body_len, page);
-        if (rc < 0) {
-            atomic_fetch_add(&s->counters->errors, 1);
-            log_error("s3: LIST s3://%s/%s: malformed ListObjectsV2 response (%s)", s->bucket,
-                      lq->prefix, strerror(-rc));
-            rc = -EIO;
-        }
-    }
-    s3_response_free(&rs);
-    return rc;
+    return s3_client_call(s, &rq);
 }
 
 /* ---- addressing --------------------------------------------------------- */

@@ -9,8 +9,10 @@
  * attempt (also an <Error> document inside a 200 answer) and retrying with
  * jittered exponential backoff, mapping failures to errno (s3_error.c) with
  * their log lines, and fetching one ListObjectsV2 page (s3_xml.c).
- * s3_client.c is the only S3 file that includes curl.h (creds.c has its own
- * small requests to IMDS / STS); nothing here exposes libcurl types.
+ * Every request goes through s3_client_call. Handle defaults and header lines
+ * come from http.c, the libcurl plumbing shared with the credentials sources
+ * (creds.c); s3_client.c and http.c are the only files that include curl.h,
+ * and nothing here exposes libcurl types.
  *
  * What a path means (keys, directories, listings, reads, writes) is the
  * store's business: see store_s3.c and store_s3_write.c. Credentials are
@@ -19,6 +21,7 @@
 #ifndef CKPTFS_S3_CLIENT_H
 #define CKPTFS_S3_CLIENT_H
 
+#include <limits.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -99,7 +102,20 @@ struct s3_request {
     /* Checks a 2xx answer: 0 ok, -EAGAIN retry, other negative: fail. */
     int (*check)(const struct s3_request *rq, struct s3_response *rs);
     const void *check_arg;
+    /* How s3_client_call reads the final outcome; NULL hooks: the usual.
+     * A 2xx answer: the request's result, 0 or a negative errno
+     * (s3_client_bad_answer for one it cannot use). Usual: 0. */
+    int (*read_answer)(const struct s3_request *rq, struct s3_response *rs);
+    /* Any other outcome: rc < 0, failed without a usable HTTP answer
+     * (already counted, and logged unless quiet); rc == 0, a non-2xx
+     * answer. The request's result, or S3_USUAL: rc, or for an HTTP
+     * answer its errno (logged unless quiet, and counted). */
+    int (*read_error)(const struct s3_request *rq, struct s3_response *rs, int rc);
+    void *answer; /* what the hooks read the answer into */
 };
+
+/* What read_error returns for an outcome it leaves to s3_client_call. */
+#define S3_USUAL INT_MAX
 
 /* What came back. */
 struct s3_response {
@@ -155,15 +171,14 @@ const char *s3_client_endpoint(const struct s3_client *c);
 /* 1 if requests use path-style addressing, 0 if virtual-hosted. */
 int s3_client_path_style(const struct s3_client *c);
 
-/* Send rq with retries. 0: rs holds an HTTP answer (check rs->status; free
- * with s3_response_free). Negative errno: failed for good (logged unless
- * rq->quiet, counted); rs still needs s3_response_free. */
-int s3_client_perform(struct s3_client *c, const struct s3_request *rq, struct s3_response *rs);
+/* The one way a request is made: send rq with retries, read its outcome
+ * with rq->read_answer / rq->read_error (rs lives only during them).
+ * The request's result: 0 (or what read_answer returns), or a negative
+ * errno (an HTTP error logged unless rq->quiet, and counted). */
+int s3_client_call(struct s3_client *c, const struct s3_request *rq);
 
-/* An HTTP error answer that the caller does not expect: log (unless
- * rq->quiet), count, and return its negative errno. */
-int s3_client_http_failure(struct s3_client *c, const struct s3_request *rq,
-                           const struct s3_response *rs);
+/* A 2xx answer that rq cannot use (problem says why): log, count, -EIO. */
+int s3_client_bad_answer(struct s3_client *c, const struct s3_request *rq, const char *problem);
 
 /* One ListObjectsV2 page into *page (free with s3_list_page_free). 0 or a
  * negative errno (logged and counted); on failure *page is empty. */
@@ -175,9 +190,6 @@ int s3_client_list_page(struct s3_client *c, const struct s3_list_query *lq,
  * code, or 500 for a code it does not know (a failure after the server had
  * accepted the request). 0 if body is not an <Error> document. */
 long s3_client_embedded_error(const char *body, size_t len, struct s3_error_body *err);
-
-/* Release what s3_client_perform left in rs. */
-void s3_response_free(struct s3_response *rs);
 
 /* The generic text for rs->transport_rc, e.g. "Couldn't connect to server". */
 const char *s3_response_transport_message(const struct s3_response *rs);

@@ -1,11 +1,12 @@
 /*
  * fs/store/s3/store_s3.c - the S3 store: open, stat/list/read of s3://BUCKET[/PREFIX]
  * on top of the S3 HTTP client engine (s3_client.c; this file does not see
- * curl.h). The write calls are in store_s3_write.c; store_s3.h is shared.
+ * curl.h). The write calls are in store_s3_write.c; the store's state, keys,
+ * ETag comparison and HEAD that both use are below them in store_s3_base.c.
  *
- * Owns: what store paths mean on S3 (key = PREFIX/path, directories are
- * common prefixes), the store_ops table (stat, list, read, destroy here;
- * put, mpu_*, copy, remove, rmdir from store_s3_write.c), validation of the
+ * Owns: what directories mean on S3 (common prefixes), the store_ops table
+ * (stat, list, read, destroy here; put, mpu_*, copy, remove, mkdir, rmdir
+ * from store_s3_write.c), validation of the
  * bucket name, the configuration (credentials, region, endpoint via
  * aws_config.c, defaults for connections, timeouts and retries, payload
  * signing), and the mount-time bucket check.
@@ -24,7 +25,8 @@
 #include "s3_error.h"
 #include "s3_xml.h"
 #include "sigv4.h"
-#include "store_s3.h"
+#include "store_s3_base.h"
+#include "store_s3_write.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -41,69 +43,7 @@
 #define S3_DEFAULT_MAX_RETRIES 5
 #define S3_MOUNT_CHECK_MAX_RETRIES 2
 
-/* ---- small helpers ------------------------------------------------------ */
-
-/* The key of a store path: "PREFIX/path", "path", or PREFIX for the root. */
-char *s3_store_key(const struct s3_store *s, const char *path)
-{
-    if (!*s->prefix)
-        return strdup(path);
-    if (!*path)
-        return strdup(s->prefix);
-    return str_printf("%s/%s", s->prefix, path);
-}
-
-/* The ListObjectsV2 prefix for the directory at path: "" or "KEY/". */
-char *s3_store_dir_prefix(const struct s3_store *s, const char *path)
-{
-    char *key = s3_store_key(s, path);
-    if (!key || !*key)
-        return key;
-    char *p = str_printf("%s/", key);
-    free(key);
-    return p;
-}
-
-/* ETags compared without quotes and a weak "W/" marker. */
-int s3_etag_equal(const char *a, const char *b)
-{
-    if (strncmp(a, "W/", 2) == 0)
-        a += 2;
-    if (strncmp(b, "W/", 2) == 0)
-        b += 2;
-    size_t la = strlen(a), lb = strlen(b);
-    if (la >= 2 && a[0] == '"' && a[la - 1] == '"')
-        a++, la -= 2;
-    if (lb >= 2 && b[0] == '"' && b[lb - 1] == '"')
-        b++, lb -= 2;
-    return la == lb && memcmp(a, b, la) == 0;
-}
-
 /* ---- stat --------------------------------------------------------------- */
-
-int s3_store_head(struct s3_store *s, const char *key, struct store_stat *st)
-{
-    struct s3_request rq = {.what = "HEAD",
-                            .method = "HEAD",
-                            .key = key,
-                            .max_retries = s->max_retries,
-                            .counter = &s->base.counters.head_requests};
-    struct s3_response rs;
-    int rc = s3_client_perform(s->client, &rq, &rs);
-    if (rc == 0) {
-        if (rs.status >= 200 && rs.status <= 299) {
-            st->size = rs.content_length > 0 ? (uint64_t)rs.content_length : 0;
-            st->mtime_ns = rs.last_modified * 1000000000;
-            memcpy(st->etag, rs.etag, sizeof st->etag);
-        } else if (rs.status == 404) {
-            rc = -ENOENT;
-        } else {
-            rc = s3_client_http_failure(s->client, &rq, &rs);
-        }
-    }
-    s3_response_free(&rs);
-    return rc;
-}
 
 /* Is there any key below "key/"? Then key is a directory, whose time is the
  * newest of the first STORE_DIR_TIME_KEYS keys below it (store.h): one page. */
@@ -400,6 +340,8 @@ struct read_want {
     const char *etag;
     store_progress_fn progress; /* or NULL */
     void *progress_arg;
+    size_t *nread;                   /* the answer: bytes read */
+    atomic_uint_fast64_t *get_bytes; /* counts them */
 };
 
 /* Whether a 2xx answer's headers show the asked version and range start:
@@ -451,6 +393,23 @@ static int check_read(const struct s3_request *rq, struct s3_response *rs)
     return 0;
 }
 
+/* read_answer of a ranged GET: the bytes that came (none past the end). */
+static int read_answer(const struct s3_request *rq, struct s3_response *rs)
+{
+    struct read_want *w = rq->answer;
+    *w->nread = rs->past_eof ? 0 : rs->body_len;
+    if (!rs->past_eof)
+        atomic_fetch_add(w->get_bytes, rs->body_len);
+    return 0;
+}
+
+/* read_error of a ranged GET: 416 (at or past the end) is 0 bytes. */
+static int read_error(const struct s3_request *rq, struct s3_response *rs, int rc)
+{
+    (void)rq;
+    return rc == 0 && rs->status == 416 ? 0 : S3_USUAL;
+}
+
 static int s3_read_progressive(struct store *base, const char *path, const char *etag, uint64_t off,
                                size_t len, void *buf, size_t *nread, store_progress_fn progress,
                                void *arg)
@@ -466,7 +425,7 @@ static int s3_read_progressive(struct store *base, const char *path, const char 
     char *key = s3_store_key(s, path);
     if (!key)
         return -ENOMEM;
-    struct read_want want = {off, len, etag, progress, arg};
+    struct read_want want = {off, len, etag, progress, arg, nread, &s->base.counters.get_bytes};
     struct s3_request rq = {.what = "GET",
                             .method = "GET",
                             .key = key,
@@ -482,18 +441,11 @@ static int s3_read_progressive(struct store *base, const char *path, const char 
                             .counter = &s->base.counters.get_requests,
                             .on_body = progress ? read_on_body : NULL,
                             .check = check_read,
-                            .check_arg = &want};
-    struct s3_response rs;
-    int rc = s3_client_perform(s->client, &rq, &rs);
-    if (rc == 0 && rs.past_eof) {
-        *nread = 0;
-    } else if (rc == 0 && rs.status >= 200 && rs.status <= 299) {
-        *nread = rs.body_len;
-        atomic_fetch_add(&s->base.counters.get_bytes, rs.body_len);
-    } else if (rc == 0 && rs.status != 416) { /* 416: at or past the end: 0 bytes */
-        rc = s3_client_http_failure(s->client, &rq, &rs);
-    }
-    s3_response_free(&rs);
+                            .check_arg = &want,
+                            .read_answer = read_answer,
+                            .read_error = read_error,
+                            .answer = &want};
+    int rc = s3_client_call(s->client, &rq);
     free(key);
     return rc;
 }
@@ -634,6 +586,51 @@ static int configure(struct s3_store *s, const struct store_options *opt, char *
 
 /* ---- open: the mount check ---------------------------------------------- */
 
+/* Where the mount check's hooks report. */
+struct mount_answer {
+    struct s3_store *s;
+    char *err;
+    size_t errlen;
+};
+
+/* read_answer of the mount check: the answer must be a ListObjectsV2 result. */
+static int mount_check_answer(const struct s3_request *rq, struct s3_response *rs)
+{
+    struct mount_answer *a = rq->answer;
+    struct s3_list_page page;
+    int rc = s3_xml_parse_list(rs->body, rs->body_len, &page);
+    if (rc < 0) {
+        snprintf(a->err, a->errlen, "%s answered, but not with an S3 ListObjectsV2 result",
+                 s3_client_endpoint(a->s->client));
+        rc = -EIO;
+    }
+    s3_list_page_free(&page);
+    return rc;
+}
+
+/* read_error of the mount check: a user-facing line in err, for any failure. */
+static int mount_check_error(const struct s3_request *rq, struct s3_response *rs, int rc)
+{
+    struct mount_answer *a = rq->answer;
+    struct s3_store *s = a->s;
+    struct s3_mount_failure f = {.bucket = s->bucket,
+                                 .prefix = s->prefix,
+                                 .http_status = rc < 0 ? 0 : rs->status,
+                                 .code = rs->err.code,
+                                 .message = rs->err.message,
+                                 .bucket_region =
+                                     rs->bucket_region[0] ? rs->bucket_region : rs->err.region,
+                                 .region = s->region,
+                                 .url = s3_client_endpoint(s->client),
+                                 .transport_msg = s3_response_transport_message(rs)};
+    if (rc < 0)
+        log_debug("s3: mount check: %s", rs->transport_err);
+    else
+        rc = -s3_error_classify(rs->status, rs->err.code).final_err;
+    s3_error_mount_message(&f, a->err, a->errlen);
+    return rc;
+}
+
 /* One ListObjectsV2 (max-keys=1) on the prefix: the bucket exists, we may
  * list it, and the answer is S3. On failure a user-facing line goes to err. */
 static int mount_check(struct s3_store *s, char *err, size_t errlen)
@@ -645,42 +642,18 @@ static int mount_check(struct s3_store *s, char *err, size_t errlen)
         {"list-type", "2"}, {"encoding-type", "url"}, {"max-keys", "1"}, {"prefix", prefix}};
     int retries =
         s->max_retries < S3_MOUNT_CHECK_MAX_RETRIES ? s->max_retries : S3_MOUNT_CHECK_MAX_RETRIES;
+    struct mount_answer answer = {s, err, errlen};
     struct s3_request rq = {.what = "LIST",
                             .method = "GET",
                             .query = q,
                             .nquery = 4,
                             .max_retries = retries,
                             .quiet = 1,
-                            .counter = &s->base.counters.list_requests};
-    struct s3_response rs;
-    int rc = s3_client_perform(s->client, &rq, &rs);
-    struct s3_mount_failure f = {.bucket = s->bucket,
-                                 .prefix = s->prefix,
-                                 .http_status = rc < 0 ? 0 : rs.status,
-                                 .code = rs.err.code,
-                                 .message = rs.err.message,
-                                 .bucket_region =
-                                     rs.bucket_region[0] ? rs.bucket_region : rs.err.region,
-                                 .region = s->region,
-                                 .url = s3_client_endpoint(s->client),
-                                 .transport_msg = s3_response_transport_message(&rs)};
-    if (rc < 0) {
-        log_debug("s3: mount check: %s", rs.transport_err);
-        s3_error_mount_message(&f, err, errlen);
-    } else if (rs.status < 200 || rs.status > 299) {
-        rc = -s3_error_classify(rs.status, rs.err.code).final_err;
-        s3_error_mount_message(&f, err, errlen);
-    } else {
-        struct s3_list_page page;
-        rc = s3_xml_parse_list(rs.body, rs.body_len, &page);
-        if (rc < 0) {
-            snprintf(err, errlen, "%s answered, but not with an S3 ListObjectsV2 result",
-                     s3_client_endpoint(s->client));
-            rc = -EIO;
-        }
-        s3_list_page_free(&page);
-    }
-    s3_response_free(&rs);
+                            .counter = &s->base.counters.list_requests,
+                            .read_answer = mount_check_answer,
+                            .read_error = mount_check_error,
+                            .answer = &answer};
+    int rc = s3_client_call(s->client, &rq);
     free(prefix);
     return rc;
 }

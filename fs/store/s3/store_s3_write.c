@@ -11,7 +11,8 @@
  * write counters. Bodies always come from the caller's file descriptor and
  * are streamed by the client. Credentials are never logged.
  */
-#include "store_s3.h"
+#include "store_s3_write.h"
+#include "store_s3_base.h"
 
 #include "log.h"
 #include "s3_client.h"
@@ -30,31 +31,6 @@
 #include <string.h>
 
 /* ---- small helpers ------------------------------------------------------ */
-
-static int is_2xx(long status)
-{
-    return status >= 200 && status <= 299;
-}
-
-/* The outcome of s3_client_perform (rc) and its answer: 0 for a 2xx, else a
- * negative errno (an HTTP error is logged and counted here). */
-static int result_of(struct s3_store *s, const struct s3_request *rq, const struct s3_response *rs,
-                     int rc)
-{
-    if (rc < 0)
-        return rc;
-    if (is_2xx(rs->status))
-        return 0;
-    return s3_client_http_failure(s->client, rq, rs);
-}
-
-/* A 2xx answer we cannot use: log, count, -EIO. */
-static int bad_answer(struct s3_store *s, const struct s3_request *rq, const char *problem)
-{
-    atomic_fetch_add(&s->base.counters.errors, 1);
-    log_error("s3: %s s3://%s/%s: %s", rq->what, s->bucket, rq->key ? rq->key : "", problem);
-    return -EIO;
-}
 
 static void copy_etag(char dst[STORE_ETAG_MAX], const char *src)
 {
@@ -87,6 +63,22 @@ static char *copy_source(const struct s3_store *s, const char *key)
 
 /* ---- put ---------------------------------------------------------------- */
 
+/* What a PutObject answer is read into. */
+struct written {
+    struct s3_store *s;
+    const char *key;
+    uint64_t len;
+    char *etag; /* [STORE_ETAG_MAX] */
+};
+
+/* read_answer of PutObject: count the bytes, and the new object's ETag. */
+static int written_answer(const struct s3_request *rq, struct s3_response *rs)
+{
+    struct written *w = rq->answer;
+    atomic_fetch_add(&w->s->base.counters.put_bytes, w->len);
+    return etag_after_write(w->s, w->key, rs->etag, w->etag);
+}
+
 int s3_store_put(struct store *base, const char *path, int fd, uint64_t len,
                  char etag[STORE_ETAG_MAX])
 {
@@ -99,24 +91,37 @@ int s3_store_put(struct store *base, const char *path, int fd, uint64_t len,
     char *key = s3_store_key(s, path);
     if (!key)
         return -ENOMEM;
+    struct written w = {s, key, len, etag};
     struct s3_request rq = {.what = "PUT",
                             .method = "PUT",
                             .key = key,
                             .body = {.kind = S3_BODY_FD, .fd = fd, .offset = 0, .len = len},
                             .max_retries = s->max_retries,
-                            .counter = &s->base.counters.put_requests};
-    struct s3_response rs;
-    int rc = result_of(s, &rq, &rs, s3_client_perform(s->client, &rq, &rs));
-    if (rc == 0) {
-        atomic_fetch_add(&s->base.counters.put_bytes, len);
-        rc = etag_after_write(s, key, rs.etag, etag);
-    }
-    s3_response_free(&rs);
+                            .counter = &s->base.counters.put_requests,
+                            .read_answer = written_answer,
+                            .answer = &w};
+    int rc = s3_client_call(s->client, &rq);
     free(key);
     return rc;
 }
 
 /* ---- multipart uploads -------------------------------------------------- */
+
+/* What a CreateMultipartUpload answer is read into. */
+struct begun {
+    struct s3_client *client;
+    char *upload_id; /* [STORE_UPLOAD_ID_MAX] */
+};
+
+/* read_answer of CreateMultipartUpload: the upload id; 1 when retried. */
+static int begun_answer(const struct s3_request *rq, struct s3_response *rs)
+{
+    struct begun *b = rq->answer;
+    if (s3_xml_parse_initiate(rs->body, rs->body_len, b->upload_id, STORE_UPLOAD_ID_MAX) < 0)
+        return s3_client_bad_answer(b->client, rq,
+                                    "no usable UploadId in the InitiateMultipartUploadResult");
+    return rs->attempts > 1;
+}
 
 /* CreateMultipartUpload of key: its id into upload_id. 0, 1 when the
  * request was retried (an earlier attempt may have begun another upload), or
@@ -124,21 +129,17 @@ int s3_store_put(struct store *base, const char *path, int fd, uint64_t len,
 static int begin_upload(struct s3_store *s, const char *key, char upload_id[STORE_UPLOAD_ID_MAX])
 {
     struct sigv4_pair q[] = {{"uploads", ""}};
+    struct begun b = {s->client, upload_id};
     struct s3_request rq = {.what = "CREATE-MPU",
                             .method = "POST",
                             .key = key,
                             .query = q,
                             .nquery = 1,
                             .max_retries = s->max_retries,
-                            .counter = &s->base.counters.mpu_begin_requests};
-    struct s3_response rs;
-    int rc = result_of(s, &rq, &rs, s3_client_perform(s->client, &rq, &rs));
-    if (rc == 0 && s3_xml_parse_initiate(rs.body, rs.body_len, upload_id, STORE_UPLOAD_ID_MAX) < 0)
-        rc = bad_answer(s, &rq, "no usable UploadId in the InitiateMultipartUploadResult");
-    if (rc == 0 && rs.attempts > 1)
-        rc = 1;
-    s3_response_free(&rs);
-    return rc;
+                            .counter = &s->base.counters.mpu_begin_requests,
+                            .read_answer = begun_answer,
+                            .answer = &b};
+    return s3_client_call(s->client, &rq);
 }
 
 int s3_store_mpu_begin(struct store *base, const char *path, char upload_id[STORE_UPLOAD_ID_MAX])
@@ -153,6 +154,23 @@ int s3_store_mpu_begin(struct store *base, const char *path, char upload_id[STOR
     int rc = begin_upload(s, key, upload_id);
     free(key);
     return rc;
+}
+
+/* What an UploadPart answer is read into. */
+struct part_sent {
+    struct s3_store *s;
+    struct store_part *part;
+};
+
+/* read_answer of UploadPart: count the bytes; the part's ETag. */
+static int part_answer(const struct s3_request *rq, struct s3_response *rs)
+{
+    struct part_sent *p = rq->answer;
+    atomic_fetch_add(&p->s->base.counters.put_bytes, p->part->length);
+    if (!rs->etag[0])
+        return s3_client_bad_answer(p->s->client, rq, "UploadPart answer without an ETag");
+    copy_etag(p->part->etag, rs->etag);
+    return 0;
 }
 
 int s3_store_mpu_part(struct store *base, const char *path, const char *upload_id,
@@ -170,6 +188,7 @@ int s3_store_mpu_part(struct store *base, const char *path, const char *upload_i
     char number[16];
     snprintf(number, sizeof number, "%u", (unsigned)part->number);
     struct sigv4_pair q[] = {{"partNumber", number}, {"uploadId", upload_id}};
+    struct part_sent sent = {s, part};
     struct s3_request rq = {
         .what = "PART",
         .method = "PUT",
@@ -178,17 +197,10 @@ int s3_store_mpu_part(struct store *base, const char *path, const char *upload_i
         .nquery = 2,
         .body = {.kind = S3_BODY_FD, .fd = fd, .offset = part->offset, .len = part->length},
         .max_retries = s->max_retries,
-        .counter = &s->base.counters.part_requests};
-    struct s3_response rs;
-    int rc = result_of(s, &rq, &rs, s3_client_perform(s->client, &rq, &rs));
-    if (rc == 0) {
-        atomic_fetch_add(&s->base.counters.put_bytes, part->length);
-        if (rs.etag[0])
-            copy_etag(part->etag, rs.etag);
-        else
-            rc = bad_answer(s, &rq, "UploadPart answer without an ETag");
-    }
-    s3_response_free(&rs);
+        .counter = &s->base.counters.part_requests,
+        .read_answer = part_answer,
+        .answer = &sent};
+    int rc = s3_client_call(s->client, &rq);
     free(key);
     return rc;
 }
@@ -292,10 +304,54 @@ static int is_our_object(const struct store_part *parts, size_t n, const char *h
     return s3_etag_equal(want, head_etag) && count == n;
 }
 
-/* CompleteMultipartUpload of key (parts already checked). A retried request
- * that ends in NoSuchUpload found its first attempt's work done if the
- * object is there with size bytes (and, where ETags are S3-style MD5s, the
- * multipart ETag of these parts). */
+/* What a CompleteMultipartUpload answer is read into. */
+struct completed {
+    struct s3_store *s;
+    const char *key;
+    const struct store_part *parts;
+    size_t n;
+    uint64_t size;
+    char *etag; /* [STORE_ETAG_MAX] */
+};
+
+/* read_answer of CompleteMultipartUpload: the new object's ETag. */
+static int completed_answer(const struct s3_request *rq, struct s3_response *rs)
+{
+    struct completed *c = rq->answer;
+    char answer[STORE_ETAG_MAX];
+    if (s3_xml_parse_etag(rs->body, rs->body_len, "CompleteMultipartUploadResult", answer) < 0)
+        return s3_client_bad_answer(c->s->client, rq, "malformed CompleteMultipartUploadResult");
+    return etag_after_write(c->s, c->key, answer, c->etag);
+}
+
+/* read_error of CompleteMultipartUpload: a retried request that ends in
+ * NoSuchUpload found its first attempt's work done if the object is there
+ * with size bytes (and, where ETags are S3-style MD5s, the multipart ETag of
+ * these parts). */
+static int completed_error(const struct s3_request *rq, struct s3_response *rs, int rc)
+{
+    struct completed *c = rq->answer;
+    if (rc < 0 || rs->status != 404 || strcmp(rs->err.code, "NoSuchUpload") != 0 ||
+        rs->attempts <= 1)
+        return S3_USUAL;
+    /* an earlier attempt may have completed it and its answer was lost */
+    struct store_stat st;
+    int hrc = s3_store_head(c->s, c->key, &st);
+    if (hrc == 0 && st.size == c->size && is_our_object(c->parts, c->n, st.etag)) {
+        log_info("s3: COMPLETE s3://%s/%s: answer lost, but the object is there with its "
+                 "%" PRIu64 " bytes: done",
+                 c->s->bucket, c->key, c->size);
+        copy_etag(c->etag, st.etag);
+        return 0;
+    }
+    return s3_client_bad_answer(c->s->client, rq,
+                                hrc == 0 ? "upload gone after a retry, and the object there is "
+                                           "another one (size or ETag)"
+                                         : "upload gone after a retry, and no object is there");
+}
+
+/* CompleteMultipartUpload of key (parts already checked); see completed_error
+ * for a retried one whose answer was lost. */
 static int complete_upload(struct s3_store *s, const char *key, const char *upload_id,
                            const struct store_part *parts, size_t n, uint64_t size,
                            char etag[STORE_ETAG_MAX])
@@ -307,6 +363,7 @@ static int complete_upload(struct s3_store *s, const char *key, const char *uplo
         return rc;
     struct sigv4_pair q[] = {{"uploadId", upload_id}};
     struct sigv4_pair h[] = {{"Content-Type", "application/xml"}};
+    struct completed c = {s, key, parts, n, size, etag};
     struct s3_request rq = {.what = "COMPLETE",
                             .method = "POST",
                             .key = key,
@@ -318,35 +375,11 @@ static int complete_upload(struct s3_store *s, const char *key, const char *uplo
                             .sign_payload = 1, /* small: always its real SHA-256 */
                             .error_in_200 = 1,
                             .max_retries = s->max_retries,
-                            .counter = &s->base.counters.complete_requests};
-    struct s3_response rs;
-    rc = s3_client_perform(s->client, &rq, &rs);
-    if (rc == 0 && rs.status == 404 && strcmp(rs.err.code, "NoSuchUpload") == 0 &&
-        rs.attempts > 1) {
-        /* an earlier attempt may have completed it and its answer was lost */
-        struct store_stat st;
-        int hrc = s3_store_head(s, key, &st);
-        if (hrc == 0 && st.size == size && is_our_object(parts, n, st.etag)) {
-            log_info("s3: COMPLETE s3://%s/%s: answer lost, but the object is there with its "
-                     "%" PRIu64 " bytes: done",
-                     s->bucket, key, size);
-            copy_etag(etag, st.etag);
-        } else {
-            rc = bad_answer(s, &rq,
-                            hrc == 0 ? "upload gone after a retry, and the object there is "
-                                       "another one (size or ETag)"
-                                     : "upload gone after a retry, and no object is there");
-        }
-    } else {
-        rc = result_of(s, &rq, &rs, rc);
-        char answer[STORE_ETAG_MAX];
-        if (rc == 0 &&
-            s3_xml_parse_etag(rs.body, rs.body_len, "CompleteMultipartUploadResult", answer) < 0)
-            rc = bad_answer(s, &rq, "malformed CompleteMultipartUploadResult");
-        if (rc == 0)
-            rc = etag_after_write(s, key, answer, etag);
-    }
-    s3_response_free(&rs);
+                            .counter = &s->base.counters.complete_requests,
+                            .read_answer = completed_answer,
+                            .read_error = completed_error,
+                            .answer = &c};
+    rc = s3_client_call(s->client, &rq);
     free(xml);
     return rc;
 }
@@ -369,6 +402,14 @@ int s3_store_mpu_complete(struct store *base, const char *path, const char *uplo
     return rc;
 }
 
+/* read_error of AbortMultipartUpload: a 404 but NoSuchBucket is success
+ * (NoSuchUpload: already gone, or our retry's first attempt did it). */
+static int aborted_error(const struct s3_request *rq, struct s3_response *rs, int rc)
+{
+    (void)rq;
+    return rc == 0 && rs->status == 404 && strcmp(rs->err.code, "NoSuchBucket") != 0 ? 0 : S3_USUAL;
+}
+
 /* AbortMultipartUpload; an upload that no longer exists is not an error. */
 static int abort_upload(struct s3_store *s, const char *key, const char *upload_id)
 {
@@ -379,15 +420,9 @@ static int abort_upload(struct s3_store *s, const char *key, const char *upload_
                             .query = q,
                             .nquery = 1,
                             .max_retries = s->max_retries,
-                            .counter = &s->base.counters.abort_requests};
-    struct s3_response rs;
-    int rc = s3_client_perform(s->client, &rq, &rs);
-    if (rc == 0 && rs.status == 404 && strcmp(rs.err.code, "NoSuchBucket") != 0)
-        rc = 0; /* NoSuchUpload: already gone (or our retry's first attempt did it) */
-    else
-        rc = result_of(s, &rq, &rs, rc);
-    s3_response_free(&rs);
-    return rc;
+                            .counter = &s->base.counters.abort_requests,
+                            .read_error = aborted_error};
+    return s3_client_call(s->client, &rq);
 }
 
 int s3_store_mpu_abort(struct store *base, const char *path, const char *upload_id)
@@ -403,6 +438,21 @@ int s3_store_mpu_abort(struct store *base, const char *path, const char *upload_
     return rc;
 }
 
+/* What a ListMultipartUploads answer is read into. */
+struct uploads {
+    struct s3_client *client;
+    struct s3_upload_page *page;
+};
+
+/* read_answer of ListMultipartUploads: the page. */
+static int uploads_answer(const struct s3_request *rq, struct s3_response *rs)
+{
+    struct uploads *u = rq->answer;
+    if (s3_xml_parse_uploads(rs->body, rs->body_len, u->page) < 0)
+        return s3_client_bad_answer(u->client, rq, "malformed ListMultipartUploadsResult");
+    return 0;
+}
+
 /* One ListMultipartUploads page for prefix key after the markers. */
 static int list_uploads_page(struct s3_store *s, const char *key, const char *key_marker,
                              const char *id_marker, struct s3_upload_page *page)
@@ -413,20 +463,18 @@ static int list_uploads_page(struct s3_store *s, const char *key, const char *ke
         q[nq++] = (struct sigv4_pair){"key-marker", key_marker};
     if (id_marker)
         q[nq++] = (struct sigv4_pair){"upload-id-marker", id_marker};
+    struct uploads answer = {s->client, page};
     struct s3_request rq = {.what = "LIST-UPLOADS",
                             .method = "GET",
                             .key = NULL,
                             .query = q,
                             .nquery = nq,
                             .max_retries = s->max_retries,
-                            .counter = &s->base.counters.upload_list_requests};
-    struct s3_response rs;
+                            .counter = &s->base.counters.upload_list_requests,
+                            .read_answer = uploads_answer,
+                            .answer = &answer};
     memset(page, 0, sizeof *page);
-    int rc = result_of(s, &rq, &rs, s3_client_perform(s->client, &rq, &rs));
-    if (rc == 0 && s3_xml_parse_uploads(rs.body, rs.body_len, page) < 0)
-        rc = bad_answer(s, &rq, "malformed ListMultipartUploadsResult");
-    s3_response_free(&rs);
-    return rc;
+    return s3_client_call(s->client, &rq);
 }
 
 static int same_marker(const char *a, const char *b)
@@ -494,6 +542,16 @@ uint64_t s3_copy_part_size(uint64_t size)
     return part <= STORE_MAX_PART ? part : 0;
 }
 
+/* read_answer of CopyObject: the new object's ETag (a written's len is 0). */
+static int copied_answer(const struct s3_request *rq, struct s3_response *rs)
+{
+    struct written *w = rq->answer;
+    char answer[STORE_ETAG_MAX];
+    if (s3_xml_parse_etag(rs->body, rs->body_len, "CopyObjectResult", answer) < 0)
+        return s3_client_bad_answer(w->s->client, rq, "malformed CopyObjectResult");
+    return etag_after_write(w->s, w->key, answer, w->etag);
+}
+
 /* CopyObject from_key (etag if non-empty) to to_key. */
 static int copy_object(struct s3_store *s, const char *from_key, const char *etag,
                        const char *to_key, char etag_out[STORE_ETAG_MAX])
@@ -502,6 +560,7 @@ static int copy_object(struct s3_store *s, const char *from_key, const char *eta
     if (!src)
         return -ENOMEM;
     struct sigv4_pair h[] = {{"x-amz-copy-source", src}, {"x-amz-copy-source-if-match", etag}};
+    struct written copied = {s, to_key, 0, etag_out};
     struct s3_request rq = {.what = "COPY",
                             .method = "PUT",
                             .key = to_key,
@@ -509,17 +568,22 @@ static int copy_object(struct s3_store *s, const char *from_key, const char *eta
                             .nheaders = etag && *etag ? 2 : 1,
                             .error_in_200 = 1,
                             .max_retries = s->max_retries,
-                            .counter = &s->base.counters.copy_requests};
-    struct s3_response rs;
-    int rc = result_of(s, &rq, &rs, s3_client_perform(s->client, &rq, &rs));
-    char answer[STORE_ETAG_MAX];
-    if (rc == 0 && s3_xml_parse_etag(rs.body, rs.body_len, "CopyObjectResult", answer) < 0)
-        rc = bad_answer(s, &rq, "malformed CopyObjectResult");
-    if (rc == 0)
-        rc = etag_after_write(s, to_key, answer, etag_out);
-    s3_response_free(&rs);
+                            .counter = &s->base.counters.copy_requests,
+                            .read_answer = copied_answer,
+                            .answer = &copied};
+    int rc = s3_client_call(s->client, &rq);
     free(src);
     return rc;
+}
+
+/* read_answer of UploadPartCopy: the part's ETag. */
+static int part_copied_answer(const struct s3_request *rq, struct s3_response *rs)
+{
+    struct part_sent *p = rq->answer;
+    if (s3_xml_parse_etag(rs->body, rs->body_len, "CopyPartResult", p->part->etag) < 0 ||
+        !p->part->etag[0])
+        return s3_client_bad_answer(p->s->client, rq, "CopyPartResult without a usable ETag");
+    return 0;
 }
 
 /* UploadPartCopy of src (x-amz-copy-source) bytes part->offset.. into part
@@ -535,6 +599,7 @@ static int upload_part_copy(struct s3_store *s, const char *src, const char *eta
     struct sigv4_pair h[] = {{"x-amz-copy-source", src},
                              {"x-amz-copy-source-range", range},
                              {"x-amz-copy-source-if-match", etag}};
+    struct part_sent sent = {s, part};
     struct s3_request rq = {.what = "PART-COPY",
                             .method = "PUT",
                             .key = to_key,
@@ -544,14 +609,10 @@ static int upload_part_copy(struct s3_store *s, const char *src, const char *eta
                             .nheaders = etag && *etag ? 3 : 2,
                             .error_in_200 = 1,
                             .max_retries = s->max_retries,
-                            .counter = &s->base.counters.copy_requests};
-    struct s3_response rs;
-    int rc = result_of(s, &rq, &rs, s3_client_perform(s->client, &rq, &rs));
-    if (rc == 0 && (s3_xml_parse_etag(rs.body, rs.body_len, "CopyPartResult", part->etag) < 0 ||
-                    !part->etag[0]))
-        rc = bad_answer(s, &rq, "CopyPartResult without a usable ETag");
-    s3_response_free(&rs);
-    return rc;
+                            .counter = &s->base.counters.copy_requests,
+                            .read_answer = part_copied_answer,
+                            .answer = &sent};
+    return s3_client_call(s->client, &rq);
 }
 
 /* The parts of a size-byte object cut in part_size pieces (calloc'ed). */
@@ -644,6 +705,14 @@ int s3_store_copy(struct store *base, const char *from, const char *etag, uint64
 
 /* ---- remove, rmdir ------------------------------------------------------ */
 
+/* read_error of DeleteObject: a 404 but NoSuchBucket is -ENOENT. */
+static int deleted_error(const struct s3_request *rq, struct s3_response *rs, int rc)
+{
+    (void)rq;
+    return rc == 0 && rs->status == 404 && strcmp(rs->err.code, "NoSuchBucket") != 0 ? -ENOENT
+                                                                                     : S3_USUAL;
+}
+
 /* DeleteObject key: 0, -ENOENT if the server says 404 (S3 itself answers 204
  * for a missing key, so there the caller cannot tell). */
 static int delete_object(struct s3_store *s, const char *key)
@@ -652,15 +721,9 @@ static int delete_object(struct s3_store *s, const char *key)
                             .method = "DELETE",
                             .key = key,
                             .max_retries = s->max_retries,
-                            .counter = &s->base.counters.delete_requests};
-    struct s3_response rs;
-    int rc = s3_client_perform(s->client, &rq, &rs);
-    if (rc == 0 && rs.status == 404 && strcmp(rs.err.code, "NoSuchBucket") != 0)
-        rc = -ENOENT;
-    else
-        rc = result_of(s, &rq, &rs, rc);
-    s3_response_free(&rs);
-    return rc;
+                            .counter = &s->base.counters.delete_requests,
+                            .read_error = deleted_error};
+    return s3_client_call(s->client, &rq);
 }
 
 int s3_store_remove(struct store *base, const char *path)
@@ -693,9 +756,7 @@ int s3_store_mkdir(struct store *base, const char *path)
                             .key = prefix,
                             .max_retries = s->max_retries,
                             .counter = &s->base.counters.put_requests};
-    struct s3_response rs;
-    int rc = result_of(s, &rq, &rs, s3_client_perform(s->client, &rq, &rs));
-    s3_response_free(&rs);
+    int rc = s3_client_call(s->client, &rq);
     free(prefix);
     return rc;
 }

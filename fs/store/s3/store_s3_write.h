@@ -1,43 +1,17 @@
 /*
- * fs/store/s3/store_s3.h - private to the S3 store: its state (struct s3_store),
- * the key helpers and HEAD shared by store_s3.c (open, stat, list, read) and
- * store_s3_write.c (put, multipart uploads, copy, remove, rmdir), and the
- * write operations that s3_ops in store_s3.c points at. Not for other modules.
+ * fs/store/s3/store_s3_write.h - private to the S3 store: the write calls of
+ * store_s3_write.c that s3_ops in store_s3.c points at, and the pure helpers
+ * of copy and multipart completion (exposed for tests). Not for other modules.
  */
-#ifndef CKPTFS_STORE_S3_H
-#define CKPTFS_STORE_S3_H
+#ifndef CKPTFS_STORE_S3_WRITE_H
+#define CKPTFS_STORE_S3_WRITE_H
 
 #include <stdint.h>
 
-#include "s3_client.h"
 #include "store.h"
+#include "store_s3_base.h"
 
 #define S3_COPY_PART_SIZE (1ull << 30) /* UploadPartCopy part size above STORE_MAX_PART */
-
-struct s3_store {
-    struct store base;
-    struct s3_client *client;     /* NULL until configured */
-    struct creds_provider *creds; /* NULL: anonymous; outlives client */
-    char *bucket;
-    char *prefix; /* "" or "a/b" */
-    char *region;
-    int max_connections, connect_timeout_ms, request_timeout_ms, max_retries;
-    int unsigned_payload; /* store_options.unsigned_payload */
-};
-
-/* The key of a store path: "PREFIX/path", "path", or PREFIX for the root
- * (malloc'ed; NULL when out of memory). */
-char *s3_store_key(const struct s3_store *s, const char *path);
-
-/* The ListObjectsV2 prefix for the directory at path: "" or "KEY/" (malloc'ed). */
-char *s3_store_dir_prefix(const struct s3_store *s, const char *path);
-
-/* ETags equal once quotes and a weak "W/" marker are ignored. */
-int s3_etag_equal(const char *a, const char *b);
-
-/* HEAD key: size, mtime and etag into *st. 0, -ENOENT on 404, else a
- * negative errno (logged). */
-int s3_store_head(struct s3_store *s, const char *key, struct store_stat *st);
 
 /* The store_ops write calls of the S3 store (see store.h for each contract). */
 int s3_store_put(struct store *s, const char *path, int fd, uint64_t len,
