@@ -71,11 +71,9 @@ S3RVER_DECLARED = {
     "multipart_complete_retried": "s3rver answers a completion sent again with 500 InternalError, "
                                   "not NoSuchUpload",
 }
-# radosgw (Ceph 16) gaps, and one defect of the S3 store found by this suite.
+# radosgw (Ceph 16) gaps.
 RGW_DECLARED = {
     "copy_stale_etag": "radosgw 16 ignores x-amz-copy-source-if-match (it reads x-amz-copy-if-match)",
-    "copy_etag": "KNOWN DEFECT of the S3 store (reported, issue #20): copy() gives radosgw's "
-                 "CopyObjectResult ETag without quotes, stat() the quoted header",
 }
 
 

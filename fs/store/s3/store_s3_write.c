@@ -542,13 +542,20 @@ uint64_t s3_copy_part_size(uint64_t size)
     return part <= STORE_MAX_PART ? part : 0;
 }
 
-/* read_answer of CopyObject: the new object's ETag (a written's len is 0). */
+/* read_answer of CopyObject: the new object's ETag (a written's len is 0),
+ * quoted as the ETag header of a HEAD or GET has it (radosgw's
+ * CopyObjectResult leaves the quotes out; S3's has them). */
 static int copied_answer(const struct s3_request *rq, struct s3_response *rs)
 {
     struct written *w = rq->answer;
-    char answer[STORE_ETAG_MAX];
+    char answer[STORE_ETAG_MAX], quoted[STORE_ETAG_MAX];
     if (s3_xml_parse_etag(rs->body, rs->body_len, "CopyObjectResult", answer) < 0)
         return s3_client_bad_answer(w->s->client, rq, "malformed CopyObjectResult");
+    if (answer[0] && answer[0] != '"') {
+        int n = snprintf(quoted, sizeof quoted, "\"%s\"", answer);
+        if (n > 0 && (size_t)n < sizeof quoted)
+            memcpy(answer, quoted, (size_t)n + 1);
+    }
     return etag_after_write(w->s, w->key, answer, w->etag);
 }
 
