@@ -784,6 +784,49 @@ static int memo_get(struct parser *P, uint64_t idx)
     return push(P, v);
 }
 
+/* Record in the prescan's bit set *ref (*words words, grown as needed) that memo slot get
+ * is read: 0, -1 if the set would pass a quarter of the memory limit, or -ENOMEM. */
+static int note_read(const struct parser *P, uint64_t **ref, size_t *words, uint64_t get)
+{
+    size_t w = (size_t)(get >> 6);
+    if (w >= *words) {
+        size_t n = *words ? *words : 64;
+        while (n <= w)
+            n *= 2;
+        if (P->lim->max_memory && n * sizeof(**ref) > P->lim->max_memory / 4)
+            return -1;
+        uint64_t *r = realloc(*ref, n * sizeof(*r));
+        if (!r)
+            return -ENOMEM;
+        memset(r + *words, 0, (n - *words) * sizeof(*r));
+        *ref = r;
+        *words = n;
+    }
+    (*ref)[w] |= (uint64_t)1 << (get & 63);
+    return 0;
+}
+
+/* Give P the prescan's set of read slots (ref, words words; P owns it from here) and the
+ * rank of each word and a value slot per read slot: 0, -1 if the slots are too many to
+ * rank, or -ENOMEM. */
+static int keep_reads(struct parser *P, uint64_t *ref, size_t words)
+{
+    P->ref = ref;
+    P->ref_words = words;
+    P->ref_rank = malloc((words + 1) * sizeof(*P->ref_rank));
+    if (!P->ref_rank)
+        return -ENOMEM;
+    size_t n = 0;
+    for (size_t w = 0; w < words; w++) {
+        P->ref_rank[w] = (uint32_t)n;
+        n += (size_t)popcount64(ref[w]);
+    }
+    if (n >= UINT32_MAX)
+        return -1;
+    P->refval = calloc(n + 1, sizeof(*P->refval));
+    return P->refval ? 0 : -ENOMEM;
+}
+
 /* Fold mode's first pass: which memo slots does some BINGET/LONG_BINGET
  * read? Decodes every opcode's argument length up to STOP without building
  * anything. Returns 0 (P->ref filled), -1 if the input holds something it
@@ -910,43 +953,18 @@ static int prescan(struct parser *P)
         pos += (size_t)arg;
         if (get == UINT64_MAX || get >= reach || get >= P->lim->max_memo)
             continue;
-        size_t w = (size_t)(get >> 6);
-        if (w >= words) {
-            size_t n = words ? words : 64;
-            while (n <= w)
-                n *= 2;
-            if (P->lim->max_memory && n * sizeof(*ref) > P->lim->max_memory / 4)
-                goto done;
-            uint64_t *r = realloc(ref, n * sizeof(*r));
-            if (!r) {
-                rc = -ENOMEM;
-                goto done;
-            }
-            memset(r + words, 0, (n - words) * sizeof(*r));
-            ref = r;
-            words = n;
+        int noted = note_read(P, &ref, &words, get);
+        if (noted) {
+            rc = noted;
+            goto done;
         }
-        ref[w] |= (uint64_t)1 << (get & 63);
     }
 done:
     if (rc) {
         free(ref);
         return rc;
     }
-    P->ref = ref;
-    P->ref_words = words;
-    P->ref_rank = malloc((words + 1) * sizeof(*P->ref_rank));
-    if (!P->ref_rank)
-        return -ENOMEM;
-    size_t n = 0;
-    for (size_t w = 0; w < words; w++) {
-        P->ref_rank[w] = (uint32_t)n;
-        n += (size_t)popcount64(ref[w]);
-    }
-    if (n >= UINT32_MAX)
-        return -1;
-    P->refval = calloc(n + 1, sizeof(*P->refval));
-    return P->refval ? 0 : -ENOMEM;
+    return keep_reads(P, ref, words);
 }
 
 /* ---- objects ---------------------------------------------------------- */
