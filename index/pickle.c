@@ -8,6 +8,7 @@
  */
 #include "pickle.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -234,6 +235,27 @@ struct parser {
     struct pkl_value *none, *vtrue, *vfalse;
 };
 
+#ifndef NDEBUG
+/* The machine's invariants between two opcodes: the stack, the marks and the memo within
+ * their arrays and their limits, the top mark at or below the stack top (marks only grow
+ * upwards, see OP_MARK), and the input read no further than its end. Checked by assert. */
+static int machine_consistent(const struct parser *P)
+{
+    const struct pkl_limits *L = P->lim;
+    if (P->pos > P->len || P->sp > P->scap || P->sp > L->max_stack)
+        return 0;
+    if (P->nmarks > P->mcap || P->nmarks > L->max_marks)
+        return 0;
+    if (P->nmarks && P->marks[P->nmarks - 1] > P->sp)
+        return 0;
+    if (P->memo_len > L->max_memo || P->memo_count > P->memo_len)
+        return 0;
+    if (P->fold)
+        return P->memo_len <= P->set_words * 64;
+    return P->memo_len <= P->memo_cap;
+}
+#endif
+
 static int fail(struct parser *P, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
@@ -311,6 +333,7 @@ static int push(struct parser *P, struct pkl_value *v)
         P->stack = s;
         P->scap = ncap;
     }
+    assert(P->sp < P->scap);
     P->stack[P->sp++] = v;
     return 0;
 }
@@ -339,6 +362,7 @@ static int pop_mark(struct parser *P, size_t *k)
     if (!P->nmarks)
         return fail(P, CKPT_ESTACK, "no MARK on the stack");
     *k = P->marks[--P->nmarks];
+    assert(*k <= P->sp);
     return 0;
 }
 
@@ -689,6 +713,7 @@ static int ref_has(const struct parser *P, uint64_t idx)
 
 static size_t ref_slot(const struct parser *P, uint64_t idx)
 {
+    assert(ref_has(P, idx));
     uint64_t below = P->ref[idx >> 6] & (((uint64_t)1 << (idx & 63)) - 1);
     return P->ref_rank[idx >> 6] + (size_t)popcount64(below);
 }
@@ -735,6 +760,7 @@ static int memo_put(struct parser *P, uint64_t idx)
         int added = set_add(P, idx);
         if (added < 0)
             return oom(P);
+        assert(set_has(P, idx));
         P->memo_count += (size_t)added;
         if (ref_has(P, idx))
             P->refval[ref_slot(P, idx)] = P->stack[P->sp - 1];
@@ -757,6 +783,7 @@ static int memo_put(struct parser *P, uint64_t idx)
         P->memo = m;
         P->memo_cap = ncap;
     }
+    assert(idx < P->memo_cap);
     if (!P->memo[idx])
         P->memo_count++;
     P->memo[idx] = P->stack[P->sp - 1];
@@ -951,6 +978,7 @@ static int prescan(struct parser *P)
         if (arg > left)
             goto done;
         pos += (size_t)arg;
+        assert(pos <= len);
         if (get == UINT64_MAX || get >= reach || get >= P->lim->max_memo)
             continue;
         int noted = note_read(P, &ref, &words, get);
@@ -1318,6 +1346,10 @@ static int try_fold(struct parser *P)
         return 0;
 
     /* commit: the value, its arrays and string in the document's arena */
+    assert(F.q > P->oppos && F.q <= P->len);
+    assert(F.memo_len <= P->lim->max_memo && F.nstores <= FM_MAX_STORES);
+    assert(f.noffs == PKL_FOLD_NOSHAPE || f.noffs <= 64);
+    assert(f.nsizes <= 64);
     struct arena *A = &P->doc->arena;
     struct pkl_value *v = arena_alloc(A, sizeof(*v));
     struct pkl_fold *fp = arena_alloc(A, sizeof(*fp));
@@ -1410,6 +1442,8 @@ static int step(struct parser *P)
             P->marks = m;
             P->mcap = ncap;
         }
+        assert(P->nmarks < P->mcap && P->mcap <= L->max_marks);
+        assert(!P->nmarks || P->marks[P->nmarks - 1] <= P->sp); /* marks only grow upwards */
         P->marks[P->nmarks++] = P->sp;
         return 0;
     case OP_POP:
@@ -1782,6 +1816,7 @@ int pkl_parse(const void *buf, size_t len, const struct pkl_options *opt, struct
         goto out;
     }
     for (;;) {
+        assert(machine_consistent(&P));
         if (P.pos >= P.len) {
             P.oppos = P.pos;
             P.op = 0x100;
@@ -1817,6 +1852,7 @@ int pkl_parse(const void *buf, size_t len, const struct pkl_options *opt, struct
         if (step(&P))
             goto out;
     }
+    assert(P.sp == 1 && P.nmarks == 0 && P.pos <= P.len);
     P.doc->root = P.stack[0];
     P.doc->end = P.pos;
     if (P.pos < P.len && !opt->lim.allow_trailing) {
