@@ -5,6 +5,7 @@
  */
 #include "safetensors.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
@@ -185,6 +186,7 @@ static int parse_tensor(struct st_header *h, struct st_tensor *ts, const char *n
         return FAIL(CKPT_EINVALID, 8,
                     "'%s': shape needs %" PRIu64 " bytes, data_offsets give %" PRIu64, name, nbytes,
                     ts->end - ts->begin);
+    assert(ts->begin <= ts->end && ts->end <= h->file_size - h->data_start);
     return 0;
 }
 
@@ -217,6 +219,7 @@ int st_parse_header(const void *json, size_t hlen, uint64_t file_size, struct st
     h->header_len = hlen;
     h->data_start = ST_PREFIX_LEN + hlen;
     h->file_size = file_size;
+    assert(h->data_start <= file_size);
     size_t n = json_object_size(root);
     h->tensors = arena_zalloc(&h->arena, (n + 1) * sizeof(*h->tensors));
     struct span *spans = malloc((n + 1) * sizeof(*spans));
@@ -260,11 +263,13 @@ int st_parse_header(const void *json, size_t hlen, uint64_t file_size, struct st
                 }
                 if (strcmp(mk, "DCP_SHARDING_INFO") == 0)
                     sharding = v2;
+                assert(h->nmeta < m);
                 h->meta_keys[h->nmeta] = k2;
                 h->meta_values[h->nmeta++] = v2;
             }
             continue;
         }
+        assert(h->ntensors < n);
         struct st_tensor *ts = &h->tensors[h->ntensors];
         if ((rc = parse_tensor(h, ts, key, val, err)))
             goto done;
@@ -276,6 +281,7 @@ int st_parse_header(const void *json, size_t hlen, uint64_t file_size, struct st
     qsort(spans, h->ntensors, sizeof(*spans), span_cmp);
     uint64_t at = 0;
     for (uint32_t i = 0; i < h->ntensors; i++) {
+        assert(spans[i].t < h->ntensors);
         const struct st_tensor *ts = &h->tensors[spans[i].t];
         if (spans[i].begin < at) {
             rc = FAIL(CKPT_EINVALID, 8, "'%s' [%" PRIu64 ", %" PRIu64 ") overlaps another tensor",
@@ -405,6 +411,7 @@ int st_index_parse(const void *json, size_t len, struct st_index **out, struct c
 struct st_build {
     struct ckpt *c;
     struct strmap fq;
+    size_t cap;     /* entries of c->items and c->tensors: the tensors of every header */
     uint32_t *nch;  /* chunks per tensor */
     uint32_t *tidx; /* item -> tensor */
     struct ckpt_err *err;
@@ -416,20 +423,23 @@ static int out_of_memory(struct ckpt_err *err)
     return ckpt_err_set(err, -ENOMEM, CKPT_NOPOS, "out of memory");
 }
 
-/* Add the item of tensor entry ts of file f (header data at data_start), and its tensor if
- * ts is the first shard of its name: 0, -ENOMEM or CKPT_EINVALID (shards that disagree). */
-static int add_st_item(struct st_build *B, uint32_t f, uint64_t data_start,
+/* Add the item of tensor entry ts of file f (header h), and its tensor if ts is the first
+ * shard of its name: 0, -ENOMEM or CKPT_EINVALID (shards that disagree). */
+static int add_st_item(struct st_build *B, uint32_t f, const struct st_header *h,
                        const struct st_tensor *ts)
 {
     struct ckpt *c = B->c;
     struct ckpt_err *err = B->err;
+    assert(c->nitems < B->cap && c->ntensors <= c->nitems);
+    /* st_parse_header keeps every tensor inside its file */
+    assert(ts->begin <= ts->end && h->data_start + ts->end <= h->file_size);
     struct ckpt_item *it = &c->items[c->nitems];
     it->fqn = arena_strndup(&c->arena, ts->name, strlen(ts->name));
     if (!it->fqn)
         return out_of_memory(err);
     it->kind = CKPT_ITEM_TENSOR;
     it->file = f;
-    it->offset = data_start + ts->begin;
+    it->offset = h->data_start + ts->begin;
     it->length = ts->end - ts->begin;
     it->index_hint = -1;
     it->bytes = CKPT_NONE;
@@ -491,7 +501,7 @@ static int add_st_file(struct st_build *B, uint32_t f, const char *name, const s
             return out_of_memory(B->err);
     }
     for (uint32_t k = 0; k < h->ntensors; k++) {
-        int rc = add_st_item(B, f, h->data_start, &h->tensors[k]);
+        int rc = add_st_item(B, f, h, &h->tensors[k]);
         if (rc)
             return rc;
     }
@@ -517,7 +527,9 @@ static int place_chunks(struct st_build *B, struct st_header *const *hdrs, uint3
     for (uint32_t f = 0; f < nfiles; f++) {
         for (uint32_t k = 0; k < hdrs[f]->ntensors; k++, i++) {
             const struct st_tensor *ts = &hdrs[f]->tensors[k];
+            assert(i < c->nitems && B->tidx[i] < c->ntensors);
             struct ckpt_tensor *tt = &c->tensors[B->tidx[i]];
+            assert(tt->nchunks < B->nch[B->tidx[i]]); /* counted by add_st_item */
             struct ckpt_chunk *ch = &tt->chunks[tt->nchunks++];
             int64_t *offs = arena_zalloc(A, (ts->ndim + 1) * sizeof(int64_t));
             if (!offs)
@@ -602,6 +614,7 @@ int st_build_ckpt(const char *const *names, struct st_header *const *hdrs, uint3
     c->st = arena_zalloc(A, (nfiles + 1) * sizeof(*c->st));
     c->items = arena_zalloc(A, (nt + 1) * sizeof(*c->items));
     c->tensors = arena_zalloc(A, (nt + 1) * sizeof(*c->tensors));
+    B.cap = nt;
     B.nch = calloc(nt + 1, sizeof(uint32_t));
     B.tidx = calloc(nt + 1, sizeof(uint32_t));
     if (!c->files || !c->st || !c->items || !c->tensors || !B.nch || !B.tidx) {
