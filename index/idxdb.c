@@ -15,6 +15,7 @@
  */
 #include "idxdb.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <lmdb.h>
@@ -41,7 +42,7 @@ struct idxdb_txn {
     MDB_cursor *lay; /* layout cursor, opened on first use */
     uint64_t lay_id;
     uint32_t lay_file;
-    int lay_valid;
+    int lay_valid; /* lay is on a record of (lay_id, lay_file): only with lay open */
 };
 
 /* ---- encoding --------------------------------------------------------- */
@@ -395,6 +396,7 @@ static int put_hashed(MDB_cursor *cur, uint64_t id, struct hkey *h, size_t n, in
                       struct buf *b)
 {
     qsort(h, n, sizeof(*h), hkey_cmp);
+    assert(mdb_cursor_txn(cur) != NULL);
     for (size_t i = 0; i < n;) {
         size_t j = i;
         b->len = 0;
@@ -508,6 +510,7 @@ static int put_files(MDB_cursor *cur, uint64_t id, const struct ckpt *c, struct 
 {
     for (uint32_t f = 0; f < c->nfiles; f++) {
         const struct ckpt_file *fi = &c->files[f];
+        assert(fi->nitems <= c->nitems);
         size_t nl = strlen(fi->name);
         b->len = 0;
         put_le(b, fi->size, 8);
@@ -532,6 +535,10 @@ static int put_files(MDB_cursor *cur, uint64_t id, const struct ckpt *c, struct 
 static void encode_item(const struct ckpt *c, uint32_t i, struct buf *b)
 {
     const struct ckpt_item *it = &c->items[i];
+    /* a finished model: every item in a file, every tensor item a chunk of its tensor */
+    assert(i < c->nitems && it->file < c->nfiles);
+    assert(it->kind != CKPT_ITEM_TENSOR ||
+           (it->tensor < c->ntensors && it->chunk < c->tensors[it->tensor].nchunks));
     const struct ckpt_tensor *t = it->kind == CKPT_ITEM_TENSOR ? &c->tensors[it->tensor] : NULL;
     uint32_t ndim = t ? t->ndim : 0;
     size_t fl = strlen(it->fqn), tl = 0;
@@ -580,6 +587,7 @@ static int put_layout(MDB_cursor *cur, uint64_t id, const struct ckpt *c, struct
 {
     qsort(lk, c->nitems, sizeof(*lk), lkey_cmp);
     for (uint32_t i = 0; i < c->nitems; i++) {
+        assert(lk[i].item < c->nitems && (i == 0 || lkey_cmp(&lk[i - 1], &lk[i]) < 0));
         unsigned char kb[24];
         be64(kb, id);
         be32(kb + 8, lk[i].file);
@@ -613,8 +621,10 @@ static int put_tensors(MDB_cursor *cur, uint64_t id, const struct ckpt *c, struc
         put_le(b, dl, 4);
         for (uint32_t d = 0; d < tt->ndim; d++)
             put_le(b, (uint64_t)tt->size[d], 8);
-        for (uint32_t q = 0; q < tt->nchunks; q++)
+        for (uint32_t q = 0; q < tt->nchunks; q++) {
+            assert(tt->chunks[q].item < c->nitems);
             put_le(b, tt->chunks[q].item, 4);
+        }
         put(b, tt->fqn, fl);
         put(b, tt->dtype, dl);
         int rc = append_numbered(cur, id, t, b);
@@ -632,6 +642,7 @@ static void hash_bytes(const struct ckpt *c, struct hkey *h)
 {
     for (uint32_t q = 0; q < c->nbytes; q++) {
         struct hkey *e = &h[c->ntensors + q];
+        assert(c->bytes[q].item < c->nitems);
         e->hash = strmap_hash(c->bytes[q].fqn, strlen(c->bytes[q].fqn));
         e->idx = c->bytes[q].item;
         e->kind = CKPT_ITEM_BYTES;
@@ -659,6 +670,10 @@ static int write_ckpt(struct idxdb *db, MDB_txn *txn, const char *key, const cha
     MDB_val k = {strlen(key), (void *)key};
     uint64_t id;
     int rc;
+    /* idxdb_put refused the rest: a write transaction on a writable index, key and
+     * fingerprint within their limits */
+    assert(!(db->flags & IDXDB_RDONLY) && mdb_txn_env(txn) == db->env);
+    assert(k.mv_size >= 1 && k.mv_size <= IDXDB_KEY_MAX && strlen(fp) <= IDXDB_FP_MAX);
 
     if ((rc = drop_version(db, txn, &k)) || (rc = take_fresh_id(db, txn, &id)))
         return rc;
@@ -668,6 +683,7 @@ static int write_ckpt(struct idxdb *db, MDB_txn *txn, const char *key, const cha
     if ((rc = open_cursor(txn, db->file, &cur)))
         goto out;
     size_t nh = c->nfiles > c->ntensors + c->nbytes ? c->nfiles : c->ntensors + c->nbytes;
+    assert(nh >= c->nfiles && nh >= (size_t)c->ntensors + c->nbytes);
     h = malloc((nh + 1) * sizeof(*h));
     lk = malloc(((size_t)c->nitems + 1) * sizeof(*lk));
     if (!h || !lk) {
@@ -782,6 +798,7 @@ void idxdb_end(struct idxdb_txn *t)
 {
     if (!t)
         return;
+    assert(t->txn && (!t->lay_valid || t->lay));
     if (t->lay)
         mdb_cursor_close(t->lay);
     txn_end(t->db, t->txn, 1);
@@ -790,6 +807,7 @@ void idxdb_end(struct idxdb_txn *t)
 
 int idxdb_refresh(struct idxdb_txn *t)
 {
+    assert(t->txn && (!t->lay_valid || t->lay));
     mdb_txn_reset(t->txn);
     int rc = mdb_txn_renew(t->txn);
     if (!rc && t->lay)
@@ -938,6 +956,7 @@ int idxdb_files(struct idxdb_txn *t, uint64_t id, int (*fn)(void *arg, const str
 static int lay_decode(struct idxdb_txn *t, const MDB_val *k, const MDB_val *v,
                       struct idxdb_span *out)
 {
+    assert(t->lay);
     const unsigned char *p = k->mv_data;
     if (k->mv_size != 24 || v->mv_size != 8)
         return CKPT_EDB;
@@ -1019,6 +1038,7 @@ int idxdb_item_from(struct idxdb_txn *t, uint64_t id, uint32_t file, uint64_t of
 
 int idxdb_layout_next(struct idxdb_txn *t, struct idxdb_span *out)
 {
+    assert(!t->lay_valid || t->lay);
     if (!t->lay || !t->lay_valid)
         return CKPT_NOTFOUND;
     MDB_val k, v;
