@@ -396,7 +396,6 @@ static int put_hashed(MDB_cursor *cur, uint64_t id, struct hkey *h, size_t n, in
                       struct buf *b)
 {
     qsort(h, n, sizeof(*h), hkey_cmp);
-    assert(mdb_cursor_txn(cur) != NULL);
     for (size_t i = 0; i < n;) {
         size_t j = i;
         b->len = 0;
@@ -683,7 +682,6 @@ static int write_ckpt(struct idxdb *db, MDB_txn *txn, const char *key, const cha
     if ((rc = open_cursor(txn, db->file, &cur)))
         goto out;
     size_t nh = c->nfiles > c->ntensors + c->nbytes ? c->nfiles : c->ntensors + c->nbytes;
-    assert(nh >= c->nfiles && nh >= (size_t)c->ntensors + c->nbytes);
     h = malloc((nh + 1) * sizeof(*h));
     lk = malloc(((size_t)c->nitems + 1) * sizeof(*lk));
     if (!h || !lk) {
