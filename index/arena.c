@@ -7,6 +7,7 @@
  */
 #include "arena.h"
 
+#include <assert.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +22,9 @@ struct arena_block {
     size_t used;
     _Alignas(16) unsigned char data[];
 };
+
+_Static_assert(offsetof(struct arena_block, data) % ARENA_ALIGN == 0,
+               "a block's data starts aligned");
 
 void arena_init(struct arena *a, size_t limit)
 {
@@ -41,6 +45,7 @@ static struct arena_block *arena_new_block(struct arena *a, size_t size)
     b->size = size;
     b->used = 0;
     a->used += total;
+    assert(!a->limit || a->used <= a->limit);
     return b;
 }
 
@@ -51,10 +56,15 @@ void *arena_alloc(struct arena *a, size_t n)
     n = (n + ARENA_ALIGN - 1) & ~(size_t)(ARENA_ALIGN - 1);
     if (n == 0)
         n = ARENA_ALIGN;
+    assert(n % ARENA_ALIGN == 0);
+    assert(a->next_block >= ARENA_FIRST_BLOCK && a->next_block <= ARENA_MAX_BLOCK);
     struct arena_block *b = a->head;
+    /* every block hands out whole aligned units and never more than it holds */
+    assert(!b || (b->used <= b->size && b->used % ARENA_ALIGN == 0));
     if (b && b->size - b->used >= n) {
         void *p = b->data + b->used;
         b->used += n;
+        assert((uintptr_t)p % ARENA_ALIGN == 0);
         return p;
     }
     if (n > a->next_block / 4) {

@@ -5,6 +5,7 @@
  */
 #include "ckpt.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -106,8 +107,10 @@ static int layout_cmp(const void *a, const void *b)
     return x->item < y->item ? -1 : (x->item > y->item);
 }
 
-static int check_tensor(const struct ckpt_tensor *t, struct ckpt_err *err)
+/* Check tensor t's shape and that its chunks lie inside it: 0 or CKPT_EINVALID (err set). */
+static int check_tensor(const struct ckpt *ck, uint32_t tensor, struct ckpt_err *err)
 {
+    const struct ckpt_tensor *t = &ck->tensors[tensor];
     for (uint32_t d = 0; d < t->ndim; d++)
         if (t->size[d] < 0)
             return ckpt_err_set(err, CKPT_EINVALID, CKPT_NOPOS,
@@ -115,6 +118,7 @@ static int check_tensor(const struct ckpt_tensor *t, struct ckpt_err *err)
                                 (long long)t->size[d]);
     for (uint32_t c = 0; c < t->nchunks; c++) {
         const struct ckpt_chunk *ch = &t->chunks[c];
+        assert(ch->item < ck->nitems); /* the parsers give every chunk its item */
         for (uint32_t d = 0; d < t->ndim; d++) {
             int64_t o = ch->offsets[d], s = ch->sizes[d];
             if (o < 0 || s < 0)
@@ -134,7 +138,7 @@ static int check_tensor(const struct ckpt_tensor *t, struct ckpt_err *err)
 int ckpt_finish(struct ckpt *c, struct ckpt_err *err)
 {
     for (uint32_t t = 0; t < c->ntensors; t++) {
-        int rc = check_tensor(&c->tensors[t], err);
+        int rc = check_tensor(c, t, err);
         if (rc)
             return rc;
     }
@@ -181,6 +185,7 @@ int ckpt_finish(struct ckpt *c, struct ckpt_err *err)
     }
     for (uint32_t f = 0; f < c->nfiles; f++) {
         struct ckpt_file *fi = &c->files[f];
+        assert(fill[f] == fi->nitems && start[f + 1] - start[f] == fi->nitems);
         fi->items = all ? all + start[f] : NULL;
         if (fi->nitems == 0)
             continue; /* keys is NULL when the checkpoint has no items */
@@ -188,6 +193,7 @@ int ckpt_finish(struct ckpt *c, struct ckpt_err *err)
         uint64_t end = 0;
         for (uint32_t k = 0; k < fi->nitems; k++) {
             const struct layout_key *lk = &keys[start[f] + k];
+            assert(lk->item < c->nitems && c->items[lk->item].file == f);
             fi->items[k] = lk->item;
             if (lk->length && lk->offset < end)
                 fi->overlapping = 1;
@@ -215,6 +221,7 @@ uint32_t ckpt_item_at(const struct ckpt *c, uint32_t file, uint64_t off)
         else
             hi = mid;
     }
+    assert(lo <= f->nitems);
     while (lo > 0) {
         const struct ckpt_item *it = &c->items[f->items[lo - 1]];
         if (it->length && off - it->offset < it->length)

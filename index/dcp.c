@@ -10,6 +10,7 @@
  */
 #include "dcp.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
@@ -94,6 +95,9 @@ struct ex {
     int chunks_built;
     uint32_t *chunk_tensor, *chunk_index;
     uint32_t nchunks;
+    size_t chunk_cap;     /* entries of chunk_tensor and chunk_index */
+    size_t entry_cap;     /* entries of c->tensors and c->bytes (state_dict_metadata) */
+    size_t item_cap;      /* entries of c->items and c->files (storage_data) */
     struct arena scratch; /* chunk-map and vcache keys */
     struct vcache strs, shapes;
     char tbuf[4][160]; /* type_of() results (per parse: thread-safe) */
@@ -439,6 +443,7 @@ static int get_properties(struct ex *X, const struct pkl_value *v, const char *f
 
 static size_t chunk_key(char *k, uint32_t tensor, const int64_t *offs, uint32_t n)
 {
+    assert(n <= 64); /* get_shape and the parser's folds refuse more dimensions */
     for (int b = 0; b < 4; b++)
         k[b] = (char)(tensor >> (8 * b));
     for (uint32_t d = 0; d < n; d++) {
@@ -453,6 +458,7 @@ static int add_tensor(struct ex *X, const struct pkl_value *v, const char *fqn,
                       const struct pkl_value *fqnv)
 {
     struct ckpt *c = X->c;
+    assert((size_t)c->ntensors + c->nbytes < X->entry_cap);
     struct ckpt_tensor *t = &c->tensors[c->ntensors];
     memset(t, 0, sizeof(*t));
     t->fqn = fqn;
@@ -521,6 +527,7 @@ static int add_tensor(struct ex *X, const struct pkl_value *v, const char *fqn,
             return nomem(X);
         if (rc == 1)
             return bad(X, CKPT_EINVALID, ch, "'%s': two chunks start at the same offsets", fqn);
+        assert(X->nchunks < X->chunk_cap); /* walk_sdm counted every chunk list */
         X->chunk_tensor[X->nchunks] = c->ntensors;
         X->chunk_index[X->nchunks] = (uint32_t)i;
         X->nchunks++;
@@ -551,6 +558,7 @@ static int walk_sdm(struct ex *X, const struct pkl_value *sdm)
     X->chunk_index = malloc((total_chunks + 1) * sizeof(uint32_t));
     if (!X->chunk_tensor || !X->chunk_index)
         return nomem(X);
+    X->chunk_cap = total_chunks;
 
     for (size_t i = 0; i + 1 < sdm->u.seq.len; i += 2) {
         const struct pkl_value *k = sdm->u.seq.items[i], *v = sdm->u.seq.items[i + 1];
@@ -565,6 +573,7 @@ static int walk_sdm(struct ex *X, const struct pkl_value *sdm)
             val = c->ntensors;
             rc = add_tensor(X, v, fqn, k);
         } else if (is_cls(v, "BytesStorageMetadata")) {
+            assert((size_t)c->ntensors + c->nbytes < X->entry_cap);
             val = c->nbytes | BYTES_FLAG;
             c->bytes[c->nbytes].fqn = fqn;
             c->bytes[c->nbytes].item = CKPT_NONE;
@@ -598,6 +607,8 @@ static int file_named(struct ex *X, const struct pkl_value *pv, const char *s, s
         return bad(X, CKPT_EINVALID, pv, "'%s': relative_path '%.*s': %s", fqn,
                    (int)(len > 80 ? 80 : len), s, why);
     struct ckpt *c = X->c;
+    /* a file is added only by the item being added: at most one per item */
+    assert(c->nfiles <= c->nitems && c->nitems < X->item_cap);
     struct ckpt_file *fi = &c->files[c->nfiles];
     memset(fi, 0, sizeof(*fi));
     fi->name = arena_strndup(&c->arena, s, len);
@@ -673,6 +684,7 @@ static int build_chunk_map(struct ex *X)
 static int find_chunk(struct ex *X, uint32_t t, const int64_t *offs, uint32_t n, int64_t hint,
                       uint32_t *chunk)
 {
+    assert(t < X->c->ntensors);
     const struct ckpt_tensor *tt = &X->c->tensors[t];
     if (hint >= 0 && hint < (int64_t)tt->nchunks && n == tt->ndim &&
         memcmp(tt->chunks[hint].offsets, offs, (size_t)n * sizeof(int64_t)) == 0) {
@@ -686,6 +698,8 @@ static int find_chunk(struct ex *X, uint32_t t, const int64_t *offs, uint32_t n,
     uint32_t g;
     if (strmap_get(&X->chunks, k, klen, &g) != 0)
         return CKPT_NOTFOUND;
+    /* the key holds the tensor: a chunk found is one of t's */
+    assert(g < X->nchunks && X->chunk_tensor[g] == t && X->chunk_index[g] < tt->nchunks);
     *chunk = X->chunk_index[g];
     return 0;
 }
@@ -716,6 +730,7 @@ static int add_item(struct ex *X, const struct pkl_value *key, const struct pkl_
             idxv = a->u.seq.len > 2 ? a->u.seq.items[2] : NULL;
         }
     }
+    assert(c->nitems < X->item_cap);
     struct ckpt_item *it = &c->items[c->nitems];
     memset(it, 0, sizeof(*it));
     int rc;
@@ -743,6 +758,8 @@ static int add_item(struct ex *X, const struct pkl_value *key, const struct pkl_
             return bad(X, CKPT_EINVALID, key,
                        "storage entry for '%s', which state_dict_metadata lacks", fqn);
     }
+    /* fqns maps to entries already added */
+    assert(val & BYTES_FLAG ? (val & ~BYTES_FLAG) < c->nbytes : val < c->ntensors);
     int no_offset = fk ? fk->noffs == PKL_FOLD_NOSHAPE : is_none(offv);
     uint32_t item_no = c->nitems;
     if (val & BYTES_FLAG) {
@@ -774,6 +791,7 @@ static int add_item(struct ex *X, const struct pkl_value *key, const struct pkl_
             return nomem(X);
         if (rc)
             return bad(X, CKPT_EINVALID, key, "storage entry for '%s' names no chunk of it", fqn);
+        assert(ci < c->tensors[val].nchunks);
         struct ckpt_chunk *ch = &c->tensors[val].chunks[ci];
         if (ch->item != CKPT_NONE)
             return bad(X, CKPT_EINVALID, key,
@@ -1148,12 +1166,16 @@ static int walk(struct ex *X, const struct pkl_value *root)
     if (!c->tensors || !c->bytes || !c->items || !c->files || strmap_init(&X->fqns, nsdm) ||
         strmap_init(&X->files, 16))
         return nomem(X);
+    X->entry_cap = nsdm;
+    X->item_cap = nsd;
     int rc = walk_sdm(X, sdm);
     if (rc)
         return rc;
+    assert(c->ntensors + c->nbytes <= nsdm && X->nchunks <= X->chunk_cap);
     for (size_t i = 0; i < 2 * nsd; i += 2)
         if ((rc = add_item(X, sd->u.seq.items[i], sd->u.seq.items[i + 1])))
             return rc;
+    assert(c->nitems == nsd && c->nfiles <= nsd);
     for (uint32_t t = 0; t < c->ntensors; t++)
         for (uint32_t k = 0; k < c->tensors[t].nchunks; k++)
             if (c->tensors[t].chunks[k].item == CKPT_NONE)

@@ -15,6 +15,7 @@
  */
 #include "idxdb.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <lmdb.h>
@@ -41,7 +42,7 @@ struct idxdb_txn {
     MDB_cursor *lay; /* layout cursor, opened on first use */
     uint64_t lay_id;
     uint32_t lay_file;
-    int lay_valid;
+    int lay_valid; /* lay is on a record of (lay_id, lay_file): only with lay open */
 };
 
 /* ---- encoding --------------------------------------------------------- */
@@ -418,167 +419,175 @@ static int put_hashed(MDB_cursor *cur, uint64_t id, struct hkey *h, size_t n, in
     return 0;
 }
 
-static int write_ckpt(struct idxdb *db, MDB_txn *txn, const char *key, const char *fp,
-                      const struct ckpt *c, uint64_t *idout)
+/* Delete every record of the version of the checkpoint stored under k, if there is one:
+ * 0 or LMDB's error (MDB_CORRUPTED for a short ckpt record). */
+static int drop_version(struct idxdb *db, MDB_txn *txn, MDB_val *k)
 {
-    struct buf b = {0};
-    MDB_cursor *cur = NULL;
-    struct hkey *h = NULL;
-    struct lkey *lk = NULL;
-    int rc;
-    size_t klen = strlen(key);
-    MDB_val k = {klen, (void *)key}, v;
-    unsigned char kb[32];
-
-    /* drop the previous version */
-    rc = mdb_get(txn, db->ckpt, &k, &v);
-    if (rc == 0) {
-        if (v.mv_size < 8)
-            return MDB_CORRUPTED;
-        uint64_t old = rle(v.mv_data, 8);
-        be64(kb, old);
-        MDB_dbi per_id[] = {db->file, db->fname, db->item, db->layout, db->tensor, db->fqn};
-        for (size_t i = 0; i < sizeof(per_id) / sizeof(per_id[0]); i++)
-            if ((rc = del_prefix(txn, per_id[i], kb, 8)))
-                return rc;
-        MDB_val ik = {8, kb};
-        if ((rc = mdb_del(txn, db->ckid, &ik, NULL)) && rc != MDB_NOTFOUND)
-            return rc;
-    } else if (rc != MDB_NOTFOUND) {
+    MDB_val v;
+    unsigned char kb[8];
+    int rc = mdb_get(txn, db->ckpt, k, &v);
+    if (rc == MDB_NOTFOUND)
+        return 0;
+    if (rc)
         return rc;
-    }
+    if (v.mv_size < 8)
+        return MDB_CORRUPTED;
+    uint64_t old = rle(v.mv_data, 8);
+    be64(kb, old);
+    MDB_dbi per_id[] = {db->file, db->fname, db->item, db->layout, db->tensor, db->fqn};
+    for (size_t i = 0; i < sizeof(per_id) / sizeof(per_id[0]); i++)
+        if ((rc = del_prefix(txn, per_id[i], kb, 8)))
+            return rc;
+    MDB_val ik = {8, kb};
+    if ((rc = mdb_del(txn, db->ckid, &ik, NULL)) && rc != MDB_NOTFOUND)
+        return rc;
+    return 0;
+}
 
-    /* a fresh id, above every id in use */
-    uint64_t id = 1;
-    MDB_val nk = {7, "next_id"};
+/* Take the next checkpoint id (above every id in use) into *id and store its successor as
+ * meta "next_id": 0 or LMDB's error. */
+static int take_fresh_id(struct idxdb *db, MDB_txn *txn, uint64_t *id)
+{
+    MDB_val nk = {7, "next_id"}, v;
+    int rc;
+    *id = 1;
     if ((rc = mdb_get(txn, db->meta, &nk, &v)) == 0 && v.mv_size == 8)
-        id = rle(v.mv_data, 8);
+        *id = rle(v.mv_data, 8);
     else if (rc && rc != MDB_NOTFOUND)
         return rc;
     unsigned char nb[8];
     for (int i = 0; i < 8; i++)
-        nb[i] = (unsigned char)((id + 1) >> (8 * i));
+        nb[i] = (unsigned char)((*id + 1) >> (8 * i));
     MDB_val nv = {8, nb};
-    if ((rc = mdb_put(txn, db->meta, &nk, &nv, 0)))
-        return rc;
-    *idout = id;
+    return mdb_put(txn, db->meta, &nk, &nv, 0);
+}
 
-    /* ckpt + ckid */
+/* Store the ckpt record (key -> id, counts, build time, fingerprint) and the ckid record
+ * (id -> key), encoding into b: 0, ENOMEM or LMDB's error. */
+static int put_ckpt_record(struct idxdb *db, MDB_txn *txn, MDB_val *k, const char *fp,
+                           const struct ckpt *c, uint64_t id, struct buf *b)
+{
     size_t fplen = strlen(fp);
-    put_le(&b, id, 8);
-    put_le(&b, (uint64_t)c->format, 4);
-    put_le(&b, c->nfiles, 4);
-    put_le(&b, c->ntensors, 4);
-    put_le(&b, c->nitems, 4);
-    put_le(&b, c->nbytes, 4);
-    put_le(&b, (uint64_t)time(NULL), 8);
-    put_le(&b, fplen, 4);
-    put(&b, fp, fplen);
-    if (b.oom) {
-        rc = ENOMEM;
-        goto out;
-    }
-    v.mv_size = b.len;
-    v.mv_data = b.p;
-    if ((rc = mdb_put(txn, db->ckpt, &k, &v, 0)))
-        goto out;
+    int rc;
+    put_le(b, id, 8);
+    put_le(b, (uint64_t)c->format, 4);
+    put_le(b, c->nfiles, 4);
+    put_le(b, c->ntensors, 4);
+    put_le(b, c->nitems, 4);
+    put_le(b, c->nbytes, 4);
+    put_le(b, (uint64_t)time(NULL), 8);
+    put_le(b, fplen, 4);
+    put(b, fp, fplen);
+    if (b->oom)
+        return ENOMEM;
+    MDB_val v = {b->len, b->p};
+    if ((rc = mdb_put(txn, db->ckpt, k, &v, 0)))
+        return rc;
+    unsigned char kb[8];
     be64(kb, id);
-    MDB_val ik = {8, kb}, iv = {klen, (void *)key};
-    if ((rc = mdb_put(txn, db->ckid, &ik, &iv, MDB_APPEND)))
-        goto out;
+    MDB_val ik = {8, kb}, iv = {k->mv_size, k->mv_data};
+    return mdb_put(txn, db->ckid, &ik, &iv, MDB_APPEND);
+}
 
-    /* files + fname */
-    if ((rc = mdb_cursor_open(txn, db->file, &cur)))
-        goto out;
-    size_t nh = c->nfiles > c->ntensors + c->nbytes ? c->nfiles : c->ntensors + c->nbytes;
-    h = malloc((nh + 1) * sizeof(*h));
-    lk = malloc(((size_t)c->nitems + 1) * sizeof(*lk));
-    if (!h || !lk) {
-        rc = ENOMEM;
-        goto out;
-    }
+/* Append b's record under the 12-byte key id|n with cur: 0, ENOMEM if b ran out of memory,
+ * or LMDB's error. */
+static int append_numbered(MDB_cursor *cur, uint64_t id, uint32_t n, const struct buf *b)
+{
+    if (b->oom)
+        return ENOMEM;
+    unsigned char kb[12];
+    be64(kb, id);
+    be32(kb + 8, n);
+    MDB_val k = {12, kb}, v = {b->len, b->p};
+    return mdb_cursor_put(cur, &k, &v, MDB_APPEND);
+}
+
+/* Append the file records of c under id, filling h[0..nfiles) with their name hashes:
+ * 0, ENOMEM or LMDB's error. */
+static int put_files(MDB_cursor *cur, uint64_t id, const struct ckpt *c, struct hkey *h,
+                     struct buf *b)
+{
     for (uint32_t f = 0; f < c->nfiles; f++) {
         const struct ckpt_file *fi = &c->files[f];
+        assert(fi->nitems <= c->nitems);
         size_t nl = strlen(fi->name);
-        b.len = 0;
-        put_le(&b, fi->size, 8);
-        put_le(&b, (uint64_t)(int64_t)fi->rank, 4);
-        put_le(&b, (uint64_t)(int64_t)fi->present, 1);
-        put_le(&b, (uint64_t)fi->overlapping, 1);
-        put_le(&b, 0, 2);
-        put_le(&b, fi->nitems, 4);
-        put_le(&b, nl, 4);
-        put(&b, fi->name, nl);
-        if (b.oom) {
-            rc = ENOMEM;
-            goto out;
-        }
-        be64(kb, id);
-        be32(kb + 8, f);
-        MDB_val fk = {12, kb}, fv = {b.len, b.p};
-        if ((rc = mdb_cursor_put(cur, &fk, &fv, MDB_APPEND)))
-            goto out;
+        b->len = 0;
+        put_le(b, fi->size, 8);
+        put_le(b, (uint64_t)(int64_t)fi->rank, 4);
+        put_le(b, (uint64_t)(int64_t)fi->present, 1);
+        put_le(b, (uint64_t)fi->overlapping, 1);
+        put_le(b, 0, 2);
+        put_le(b, fi->nitems, 4);
+        put_le(b, nl, 4);
+        put(b, fi->name, nl);
+        int rc = append_numbered(cur, id, f, b);
+        if (rc)
+            return rc;
         h[f].hash = strmap_hash(fi->name, nl);
         h[f].idx = f;
         h[f].kind = 0;
     }
-    mdb_cursor_close(cur);
-    cur = NULL;
-    if ((rc = mdb_cursor_open(txn, db->fname, &cur)) ||
-        (rc = put_hashed(cur, id, h, c->nfiles, 0, &b)))
-        goto out;
-    mdb_cursor_close(cur);
-    cur = NULL;
+    return 0;
+}
 
-    /* items */
-    if ((rc = mdb_cursor_open(txn, db->item, &cur)))
-        goto out;
+/* Encode item i of c into b (the item record's layout, see idxdb.h). */
+static void encode_item(const struct ckpt *c, uint32_t i, struct buf *b)
+{
+    const struct ckpt_item *it = &c->items[i];
+    /* a finished model: every item in a file, every tensor item a chunk of its tensor */
+    assert(i < c->nitems && it->file < c->nfiles);
+    assert(it->kind != CKPT_ITEM_TENSOR ||
+           (it->tensor < c->ntensors && it->chunk < c->tensors[it->tensor].nchunks));
+    const struct ckpt_tensor *t = it->kind == CKPT_ITEM_TENSOR ? &c->tensors[it->tensor] : NULL;
+    uint32_t ndim = t ? t->ndim : 0;
+    size_t fl = strlen(it->fqn), tl = 0;
+    for (uint32_t k = 0; k < it->ntransforms; k++)
+        tl += strlen(it->transforms[k]) + 1;
+    b->len = 0;
+    put_le(b, it->file, 4);
+    put_le(b, it->offset, 8);
+    put_le(b, it->length, 8);
+    put_le(b, it->tensor, 4);
+    put_le(b, it->chunk, 4);
+    put_le(b, (uint64_t)it->index_hint, 8);
+    put_le(b, (uint64_t)it->kind, 1);
+    put_le(b, (uint64_t)it->has_transforms, 1);
+    put_le(b, ndim, 2);
+    put_le(b, fl, 4);
+    put_le(b, it->ntransforms, 4);
+    put_le(b, tl, 4);
+    put(b, it->fqn, fl);
+    for (uint32_t d = 0; d < ndim; d++)
+        put_le(b, (uint64_t)t->chunks[it->chunk].offsets[d], 8);
+    for (uint32_t k = 0; k < it->ntransforms; k++)
+        put(b, it->transforms[k], strlen(it->transforms[k]) + 1);
+}
+
+/* Append the item records of c under id, filling lk[0..nitems) with their places:
+ * 0, ENOMEM or LMDB's error. */
+static int put_items(MDB_cursor *cur, uint64_t id, const struct ckpt *c, struct lkey *lk,
+                     struct buf *b)
+{
     for (uint32_t i = 0; i < c->nitems; i++) {
-        const struct ckpt_item *it = &c->items[i];
-        const struct ckpt_tensor *t = it->kind == CKPT_ITEM_TENSOR ? &c->tensors[it->tensor] : NULL;
-        uint32_t ndim = t ? t->ndim : 0;
-        size_t fl = strlen(it->fqn), tl = 0;
-        for (uint32_t k2 = 0; k2 < it->ntransforms; k2++)
-            tl += strlen(it->transforms[k2]) + 1;
-        b.len = 0;
-        put_le(&b, it->file, 4);
-        put_le(&b, it->offset, 8);
-        put_le(&b, it->length, 8);
-        put_le(&b, it->tensor, 4);
-        put_le(&b, it->chunk, 4);
-        put_le(&b, (uint64_t)it->index_hint, 8);
-        put_le(&b, (uint64_t)it->kind, 1);
-        put_le(&b, (uint64_t)it->has_transforms, 1);
-        put_le(&b, ndim, 2);
-        put_le(&b, fl, 4);
-        put_le(&b, it->ntransforms, 4);
-        put_le(&b, tl, 4);
-        put(&b, it->fqn, fl);
-        for (uint32_t d = 0; d < ndim; d++)
-            put_le(&b, (uint64_t)t->chunks[it->chunk].offsets[d], 8);
-        for (uint32_t k2 = 0; k2 < it->ntransforms; k2++)
-            put(&b, it->transforms[k2], strlen(it->transforms[k2]) + 1);
-        if (b.oom) {
-            rc = ENOMEM;
-            goto out;
-        }
-        be64(kb, id);
-        be32(kb + 8, i);
-        MDB_val ik2 = {12, kb}, iv2 = {b.len, b.p};
-        if ((rc = mdb_cursor_put(cur, &ik2, &iv2, MDB_APPEND)))
-            goto out;
-        lk[i].file = it->file;
-        lk[i].offset = it->offset;
+        encode_item(c, i, b);
+        int rc = append_numbered(cur, id, i, b);
+        if (rc)
+            return rc;
+        lk[i].file = c->items[i].file;
+        lk[i].offset = c->items[i].offset;
         lk[i].item = i;
     }
-    mdb_cursor_close(cur);
-    cur = NULL;
+    return 0;
+}
 
-    /* layout */
+/* Sort lk (the items' places) and append the layout records of c under id: 0 or LMDB's
+ * error. */
+static int put_layout(MDB_cursor *cur, uint64_t id, const struct ckpt *c, struct lkey *lk)
+{
     qsort(lk, c->nitems, sizeof(*lk), lkey_cmp);
-    if ((rc = mdb_cursor_open(txn, db->layout, &cur)))
-        goto out;
     for (uint32_t i = 0; i < c->nitems; i++) {
+        assert(lk[i].item < c->nitems && (i == 0 || lkey_cmp(&lk[i - 1], &lk[i]) < 0));
+        unsigned char kb[24];
         be64(kb, id);
         be32(kb + 8, lk[i].file);
         be64(kb + 12, lk[i].offset);
@@ -587,55 +596,107 @@ static int write_ckpt(struct idxdb *db, MDB_txn *txn, const char *key, const cha
         uint64_t len = c->items[lk[i].item].length;
         for (int q = 0; q < 8; q++)
             lb[q] = (unsigned char)(len >> (8 * q));
-        MDB_val lk2 = {24, kb}, lv = {8, lb};
-        if ((rc = mdb_cursor_put(cur, &lk2, &lv, MDB_APPEND)))
-            goto out;
+        MDB_val k = {24, kb}, v = {8, lb};
+        int rc = mdb_cursor_put(cur, &k, &v, MDB_APPEND);
+        if (rc)
+            return rc;
     }
-    mdb_cursor_close(cur);
-    cur = NULL;
+    return 0;
+}
 
-    /* tensors */
-    if ((rc = mdb_cursor_open(txn, db->tensor, &cur)))
-        goto out;
+/* Append the tensor records of c under id, filling h[0..ntensors) with their fqn hashes:
+ * 0, ENOMEM or LMDB's error. */
+static int put_tensors(MDB_cursor *cur, uint64_t id, const struct ckpt *c, struct hkey *h,
+                       struct buf *b)
+{
     for (uint32_t t = 0; t < c->ntensors; t++) {
         const struct ckpt_tensor *tt = &c->tensors[t];
         size_t fl = strlen(tt->fqn), dl = strlen(tt->dtype);
-        b.len = 0;
-        put_le(&b, tt->elem_bits, 4);
-        put_le(&b, tt->ndim, 4);
-        put_le(&b, tt->nchunks, 4);
-        put_le(&b, fl, 4);
-        put_le(&b, dl, 4);
+        b->len = 0;
+        put_le(b, tt->elem_bits, 4);
+        put_le(b, tt->ndim, 4);
+        put_le(b, tt->nchunks, 4);
+        put_le(b, fl, 4);
+        put_le(b, dl, 4);
         for (uint32_t d = 0; d < tt->ndim; d++)
-            put_le(&b, (uint64_t)tt->size[d], 8);
-        for (uint32_t q = 0; q < tt->nchunks; q++)
-            put_le(&b, tt->chunks[q].item, 4);
-        put(&b, tt->fqn, fl);
-        put(&b, tt->dtype, dl);
-        if (b.oom) {
-            rc = ENOMEM;
-            goto out;
+            put_le(b, (uint64_t)tt->size[d], 8);
+        for (uint32_t q = 0; q < tt->nchunks; q++) {
+            assert(tt->chunks[q].item < c->nitems);
+            put_le(b, tt->chunks[q].item, 4);
         }
-        be64(kb, id);
-        be32(kb + 8, t);
-        MDB_val tk = {12, kb}, tv = {b.len, b.p};
-        if ((rc = mdb_cursor_put(cur, &tk, &tv, MDB_APPEND)))
-            goto out;
+        put(b, tt->fqn, fl);
+        put(b, tt->dtype, dl);
+        int rc = append_numbered(cur, id, t, b);
+        if (rc)
+            return rc;
         h[t].hash = strmap_hash(tt->fqn, fl);
         h[t].idx = t;
         h[t].kind = CKPT_ITEM_TENSOR;
     }
-    mdb_cursor_close(cur);
-    cur = NULL;
+    return 0;
+}
+
+/* Fill h[ntensors..ntensors+nbytes) with the fqn hashes of c's bytes entries. */
+static void hash_bytes(const struct ckpt *c, struct hkey *h)
+{
     for (uint32_t q = 0; q < c->nbytes; q++) {
         struct hkey *e = &h[c->ntensors + q];
+        assert(c->bytes[q].item < c->nitems);
         e->hash = strmap_hash(c->bytes[q].fqn, strlen(c->bytes[q].fqn));
         e->idx = c->bytes[q].item;
         e->kind = CKPT_ITEM_BYTES;
     }
-    if ((rc = mdb_cursor_open(txn, db->fqn, &cur)) ||
-        (rc = put_hashed(cur, id, h, (size_t)c->ntensors + c->nbytes, 1, &b)))
+}
+
+/* Close *cur if it is open and open a cursor on dbi in its place: 0 or LMDB's error. */
+static int open_cursor(MDB_txn *txn, MDB_dbi dbi, MDB_cursor **cur)
+{
+    if (*cur)
+        mdb_cursor_close(*cur);
+    *cur = NULL;
+    return mdb_cursor_open(txn, dbi, cur);
+}
+
+/* Write every record of checkpoint c under key (a fresh id into *idout), replacing the
+ * version stored there, in txn: 0, ENOMEM, MDB_CORRUPTED or LMDB's error. */
+static int write_ckpt(struct idxdb *db, MDB_txn *txn, const char *key, const char *fp,
+                      const struct ckpt *c, uint64_t *idout)
+{
+    struct buf b = {0};
+    MDB_cursor *cur = NULL;
+    struct hkey *h = NULL;
+    struct lkey *lk = NULL;
+    MDB_val k = {strlen(key), (void *)key};
+    uint64_t id;
+    int rc;
+    /* idxdb_put refused the rest: a write transaction on a writable index, key and
+     * fingerprint within their limits */
+    assert(!(db->flags & IDXDB_RDONLY) && mdb_txn_env(txn) == db->env);
+    assert(k.mv_size >= 1 && k.mv_size <= IDXDB_KEY_MAX && strlen(fp) <= IDXDB_FP_MAX);
+
+    if ((rc = drop_version(db, txn, &k)) || (rc = take_fresh_id(db, txn, &id)))
+        return rc;
+    *idout = id;
+    if ((rc = put_ckpt_record(db, txn, &k, fp, c, id, &b)))
         goto out;
+    if ((rc = open_cursor(txn, db->file, &cur)))
+        goto out;
+    size_t nh = c->nfiles > c->ntensors + c->nbytes ? c->nfiles : c->ntensors + c->nbytes;
+    h = malloc((nh + 1) * sizeof(*h));
+    lk = malloc(((size_t)c->nitems + 1) * sizeof(*lk));
+    if (!h || !lk) {
+        rc = ENOMEM;
+        goto out;
+    }
+    if ((rc = put_files(cur, id, c, h, &b)) || (rc = open_cursor(txn, db->fname, &cur)) ||
+        (rc = put_hashed(cur, id, h, c->nfiles, 0, &b)) ||
+        (rc = open_cursor(txn, db->item, &cur)) || (rc = put_items(cur, id, c, lk, &b)) ||
+        (rc = open_cursor(txn, db->layout, &cur)) || (rc = put_layout(cur, id, c, lk)) ||
+        (rc = open_cursor(txn, db->tensor, &cur)) || (rc = put_tensors(cur, id, c, h, &b)))
+        goto out;
+    hash_bytes(c, h);
+    if (!(rc = open_cursor(txn, db->fqn, &cur)))
+        rc = put_hashed(cur, id, h, (size_t)c->ntensors + c->nbytes, 1, &b);
 out:
     if (cur)
         mdb_cursor_close(cur);
@@ -735,6 +796,7 @@ void idxdb_end(struct idxdb_txn *t)
 {
     if (!t)
         return;
+    assert(t->txn && (!t->lay_valid || t->lay));
     if (t->lay)
         mdb_cursor_close(t->lay);
     txn_end(t->db, t->txn, 1);
@@ -743,6 +805,7 @@ void idxdb_end(struct idxdb_txn *t)
 
 int idxdb_refresh(struct idxdb_txn *t)
 {
+    assert(t->txn && (!t->lay_valid || t->lay));
     mdb_txn_reset(t->txn);
     int rc = mdb_txn_renew(t->txn);
     if (!rc && t->lay)
@@ -891,6 +954,7 @@ int idxdb_files(struct idxdb_txn *t, uint64_t id, int (*fn)(void *arg, const str
 static int lay_decode(struct idxdb_txn *t, const MDB_val *k, const MDB_val *v,
                       struct idxdb_span *out)
 {
+    assert(t->lay);
     const unsigned char *p = k->mv_data;
     if (k->mv_size != 24 || v->mv_size != 8)
         return CKPT_EDB;
@@ -972,6 +1036,7 @@ int idxdb_item_from(struct idxdb_txn *t, uint64_t id, uint32_t file, uint64_t of
 
 int idxdb_layout_next(struct idxdb_txn *t, struct idxdb_span *out)
 {
+    assert(!t->lay_valid || t->lay);
     if (!t->lay || !t->lay_valid)
         return CKPT_NOTFOUND;
     MDB_val k, v;

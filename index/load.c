@@ -4,6 +4,7 @@
  */
 #include "load.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -49,7 +50,8 @@ static int read_exact(const struct ckpt_io *io, const char *path, uint64_t off, 
         if (rc)
             return rc;
         if (n == 0)
-            return -EIO; /* shorter than its stat said */
+            return -EIO;        /* shorter than its stat said */
+        assert(n <= len - got); /* io->read fills at most what it is asked for */
         got += n;
     }
     return 0;
@@ -112,6 +114,7 @@ static int listing_add(void *arg, const char *name, int is_dir, uint64_t size)
         }
         l->cap = ncap;
     }
+    assert(l->n < l->cap);
     l->names[l->n] = strdup(name);
     if (!l->names[l->n]) {
         l->oom = 1;
@@ -279,6 +282,7 @@ static int read_st_header(const struct ckpt_io *io, const char *path, struct st_
         return ckpt_err_set(err, rc, CKPT_NOPOS, "%s: %s", path, ckpt_strerror(rc));
     if ((rc = st_header_len(prefix, n, size, &hlen, err)))
         return rc;
+    assert(size >= ST_PREFIX_LEN && hlen <= size - ST_PREFIX_LEN); /* the header is in the file */
     char *json = malloc((size_t)hlen);
     if (!json)
         return ckpt_err_set(err, -ENOMEM, CKPT_NOPOS, "out of memory");
@@ -336,8 +340,10 @@ static int load_st(const struct ckpt_io *io, const char *dir, const char *index_
             int r = strmap_put(&seen, ix->file[i], strlen(ix->file[i]), 0, NULL);
             if (r < 0)
                 rc = ckpt_err_set(err, -ENOMEM, CKPT_NOPOS, "out of memory");
-            else if (r == 0)
+            else if (r == 0) {
+                assert(nnames < ix->n);
                 names[nnames++] = (char *)ix->file[i];
+            }
         }
         strmap_free(&seen);
         if (rc)
@@ -354,8 +360,10 @@ static int load_st(const struct ckpt_io *io, const char *dir, const char *index_
             goto out;
         }
         for (size_t i = 0; i < l.n; i++)
-            if (!l.dirs[i] && has_suffix(l.names[i], ".safetensors"))
+            if (!l.dirs[i] && has_suffix(l.names[i], ".safetensors")) {
+                assert(nnames < l.n);
                 names[nnames++] = l.names[i];
+            }
     } else {
         ckpt_err_set(err, rc, CKPT_NOPOS, "cannot read '%s': %s", ipath, ckpt_strerror(rc));
         goto out;
@@ -533,6 +541,7 @@ int ckpt_find(const struct ckpt_io *io, const char *root, int max_depth, ckpt_fo
                     st = s2;
                     cap *= 2;
                 }
+                assert(n < cap);
                 st[n].dir = ckpt_path_join(fr.dir, sub[i]);
                 if (!st[n].dir) {
                     rc = -ENOMEM;

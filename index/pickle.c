@@ -8,6 +8,7 @@
  */
 #include "pickle.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -234,6 +235,27 @@ struct parser {
     struct pkl_value *none, *vtrue, *vfalse;
 };
 
+#ifndef NDEBUG
+/* The machine's invariants between two opcodes: the stack, the marks and the memo within
+ * their arrays and their limits, the top mark at or below the stack top (marks only grow
+ * upwards, see OP_MARK), and the input read no further than its end. Checked by assert. */
+static int machine_consistent(const struct parser *P)
+{
+    const struct pkl_limits *L = P->lim;
+    if (P->pos > P->len || P->sp > P->scap || P->sp > L->max_stack)
+        return 0;
+    if (P->nmarks > P->mcap || P->nmarks > L->max_marks)
+        return 0;
+    if (P->nmarks && P->marks[P->nmarks - 1] > P->sp)
+        return 0;
+    if (P->memo_len > L->max_memo || P->memo_count > P->memo_len)
+        return 0;
+    if (P->fold)
+        return P->memo_len <= P->set_words * 64;
+    return P->memo_len <= P->memo_cap;
+}
+#endif
+
 static int fail(struct parser *P, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
@@ -311,6 +333,7 @@ static int push(struct parser *P, struct pkl_value *v)
         P->stack = s;
         P->scap = ncap;
     }
+    assert(P->sp < P->scap);
     P->stack[P->sp++] = v;
     return 0;
 }
@@ -339,6 +362,7 @@ static int pop_mark(struct parser *P, size_t *k)
     if (!P->nmarks)
         return fail(P, CKPT_ESTACK, "no MARK on the stack");
     *k = P->marks[--P->nmarks];
+    assert(*k <= P->sp);
     return 0;
 }
 
@@ -689,6 +713,7 @@ static int ref_has(const struct parser *P, uint64_t idx)
 
 static size_t ref_slot(const struct parser *P, uint64_t idx)
 {
+    assert(ref_has(P, idx));
     uint64_t below = P->ref[idx >> 6] & (((uint64_t)1 << (idx & 63)) - 1);
     return P->ref_rank[idx >> 6] + (size_t)popcount64(below);
 }
@@ -735,6 +760,7 @@ static int memo_put(struct parser *P, uint64_t idx)
         int added = set_add(P, idx);
         if (added < 0)
             return oom(P);
+        assert(set_has(P, idx));
         P->memo_count += (size_t)added;
         if (ref_has(P, idx))
             P->refval[ref_slot(P, idx)] = P->stack[P->sp - 1];
@@ -757,6 +783,7 @@ static int memo_put(struct parser *P, uint64_t idx)
         P->memo = m;
         P->memo_cap = ncap;
     }
+    assert(idx < P->memo_cap);
     if (!P->memo[idx])
         P->memo_count++;
     P->memo[idx] = P->stack[P->sp - 1];
@@ -782,6 +809,49 @@ static int memo_get(struct parser *P, uint64_t idx)
     if (!v)
         return fail(P, CKPT_EMEMO, "memo slot %" PRIu64 " was never stored", idx);
     return push(P, v);
+}
+
+/* Record in the prescan's bit set *ref (*words words, grown as needed) that memo slot get
+ * is read: 0, -1 if the set would pass a quarter of the memory limit, or -ENOMEM. */
+static int note_read(const struct parser *P, uint64_t **ref, size_t *words, uint64_t get)
+{
+    size_t w = (size_t)(get >> 6);
+    if (w >= *words) {
+        size_t n = *words ? *words : 64;
+        while (n <= w)
+            n *= 2;
+        if (P->lim->max_memory && n * sizeof(**ref) > P->lim->max_memory / 4)
+            return -1;
+        uint64_t *r = realloc(*ref, n * sizeof(*r));
+        if (!r)
+            return -ENOMEM;
+        memset(r + *words, 0, (n - *words) * sizeof(*r));
+        *ref = r;
+        *words = n;
+    }
+    (*ref)[w] |= (uint64_t)1 << (get & 63);
+    return 0;
+}
+
+/* Give P the prescan's set of read slots (ref, words words; P owns it from here) and the
+ * rank of each word and a value slot per read slot: 0, -1 if the slots are too many to
+ * rank, or -ENOMEM. */
+static int keep_reads(struct parser *P, uint64_t *ref, size_t words)
+{
+    P->ref = ref;
+    P->ref_words = words;
+    P->ref_rank = malloc((words + 1) * sizeof(*P->ref_rank));
+    if (!P->ref_rank)
+        return -ENOMEM;
+    size_t n = 0;
+    for (size_t w = 0; w < words; w++) {
+        P->ref_rank[w] = (uint32_t)n;
+        n += (size_t)popcount64(ref[w]);
+    }
+    if (n >= UINT32_MAX)
+        return -1;
+    P->refval = calloc(n + 1, sizeof(*P->refval));
+    return P->refval ? 0 : -ENOMEM;
 }
 
 /* Fold mode's first pass: which memo slots does some BINGET/LONG_BINGET
@@ -908,45 +978,21 @@ static int prescan(struct parser *P)
         if (arg > left)
             goto done;
         pos += (size_t)arg;
+        assert(pos <= len);
         if (get == UINT64_MAX || get >= reach || get >= P->lim->max_memo)
             continue;
-        size_t w = (size_t)(get >> 6);
-        if (w >= words) {
-            size_t n = words ? words : 64;
-            while (n <= w)
-                n *= 2;
-            if (P->lim->max_memory && n * sizeof(*ref) > P->lim->max_memory / 4)
-                goto done;
-            uint64_t *r = realloc(ref, n * sizeof(*r));
-            if (!r) {
-                rc = -ENOMEM;
-                goto done;
-            }
-            memset(r + words, 0, (n - words) * sizeof(*r));
-            ref = r;
-            words = n;
+        int noted = note_read(P, &ref, &words, get);
+        if (noted) {
+            rc = noted;
+            goto done;
         }
-        ref[w] |= (uint64_t)1 << (get & 63);
     }
 done:
     if (rc) {
         free(ref);
         return rc;
     }
-    P->ref = ref;
-    P->ref_words = words;
-    P->ref_rank = malloc((words + 1) * sizeof(*P->ref_rank));
-    if (!P->ref_rank)
-        return -ENOMEM;
-    size_t n = 0;
-    for (size_t w = 0; w < words; w++) {
-        P->ref_rank[w] = (uint32_t)n;
-        n += (size_t)popcount64(ref[w]);
-    }
-    if (n >= UINT32_MAX)
-        return -1;
-    P->refval = calloc(n + 1, sizeof(*P->refval));
-    return P->refval ? 0 : -ENOMEM;
+    return keep_reads(P, ref, words);
 }
 
 /* ---- objects ---------------------------------------------------------- */
@@ -1300,6 +1346,10 @@ static int try_fold(struct parser *P)
         return 0;
 
     /* commit: the value, its arrays and string in the document's arena */
+    assert(F.q > P->oppos && F.q <= P->len);
+    assert(F.memo_len <= P->lim->max_memo && F.nstores <= FM_MAX_STORES);
+    assert(f.noffs == PKL_FOLD_NOSHAPE || f.noffs <= 64);
+    assert(f.nsizes <= 64);
     struct arena *A = &P->doc->arena;
     struct pkl_value *v = arena_alloc(A, sizeof(*v));
     struct pkl_fold *fp = arena_alloc(A, sizeof(*fp));
@@ -1392,6 +1442,8 @@ static int step(struct parser *P)
             P->marks = m;
             P->mcap = ncap;
         }
+        assert(P->nmarks < P->mcap && P->mcap <= L->max_marks);
+        assert(!P->nmarks || P->marks[P->nmarks - 1] <= P->sp); /* marks only grow upwards */
         P->marks[P->nmarks++] = P->sp;
         return 0;
     case OP_POP:
@@ -1764,6 +1816,7 @@ int pkl_parse(const void *buf, size_t len, const struct pkl_options *opt, struct
         goto out;
     }
     for (;;) {
+        assert(machine_consistent(&P));
         if (P.pos >= P.len) {
             P.oppos = P.pos;
             P.op = 0x100;
@@ -1799,6 +1852,7 @@ int pkl_parse(const void *buf, size_t len, const struct pkl_options *opt, struct
         if (step(&P))
             goto out;
     }
+    assert(P.sp == 1 && P.nmarks == 0 && P.pos <= P.len);
     P.doc->root = P.stack[0];
     P.doc->end = P.pos;
     if (P.pos < P.len && !opt->lim.allow_trailing) {

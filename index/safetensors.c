@@ -5,6 +5,7 @@
  */
 #include "safetensors.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
@@ -185,6 +186,7 @@ static int parse_tensor(struct st_header *h, struct st_tensor *ts, const char *n
         return FAIL(CKPT_EINVALID, 8,
                     "'%s': shape needs %" PRIu64 " bytes, data_offsets give %" PRIu64, name, nbytes,
                     ts->end - ts->begin);
+    assert(ts->begin <= ts->end && ts->end <= h->file_size - h->data_start);
     return 0;
 }
 
@@ -217,6 +219,7 @@ int st_parse_header(const void *json, size_t hlen, uint64_t file_size, struct st
     h->header_len = hlen;
     h->data_start = ST_PREFIX_LEN + hlen;
     h->file_size = file_size;
+    assert(h->data_start <= file_size);
     size_t n = json_object_size(root);
     h->tensors = arena_zalloc(&h->arena, (n + 1) * sizeof(*h->tensors));
     struct span *spans = malloc((n + 1) * sizeof(*spans));
@@ -260,11 +263,13 @@ int st_parse_header(const void *json, size_t hlen, uint64_t file_size, struct st
                 }
                 if (strcmp(mk, "DCP_SHARDING_INFO") == 0)
                     sharding = v2;
+                assert(h->nmeta < m);
                 h->meta_keys[h->nmeta] = k2;
                 h->meta_values[h->nmeta++] = v2;
             }
             continue;
         }
+        assert(h->ntensors < n);
         struct st_tensor *ts = &h->tensors[h->ntensors];
         if ((rc = parse_tensor(h, ts, key, val, err)))
             goto done;
@@ -276,6 +281,7 @@ int st_parse_header(const void *json, size_t hlen, uint64_t file_size, struct st
     qsort(spans, h->ntensors, sizeof(*spans), span_cmp);
     uint64_t at = 0;
     for (uint32_t i = 0; i < h->ntensors; i++) {
+        assert(spans[i].t < h->ntensors);
         const struct st_tensor *ts = &h->tensors[spans[i].t];
         if (spans[i].begin < at) {
             rc = FAIL(CKPT_EINVALID, 8, "'%s' [%" PRIu64 ", %" PRIu64 ") overlaps another tensor",
@@ -400,6 +406,192 @@ int st_index_parse(const void *json, size_t len, struct st_index **out, struct c
 
 /* ---- checkpoint model ---------------------------------------------------- */
 
+/* What st_build_ckpt builds: the checkpoint, its tensors by fqn, chunks per tensor and the
+ * tensor of each item. */
+struct st_build {
+    struct ckpt *c;
+    struct strmap fq;
+    size_t cap;     /* entries of c->items and c->tensors: the tensors of every header */
+    uint32_t *nch;  /* chunks per tensor */
+    uint32_t *tidx; /* item -> tensor */
+    struct ckpt_err *err;
+};
+
+/* Record out of memory in err: -ENOMEM. */
+static int out_of_memory(struct ckpt_err *err)
+{
+    return ckpt_err_set(err, -ENOMEM, CKPT_NOPOS, "out of memory");
+}
+
+/* Add the item of tensor entry ts of file f (header h), and its tensor if ts is the first
+ * shard of its name: 0, -ENOMEM or CKPT_EINVALID (shards that disagree). */
+static int add_st_item(struct st_build *B, uint32_t f, const struct st_header *h,
+                       const struct st_tensor *ts)
+{
+    struct ckpt *c = B->c;
+    struct ckpt_err *err = B->err;
+    assert(c->nitems < B->cap && c->ntensors <= c->nitems);
+    /* st_parse_header keeps every tensor inside its file */
+    assert(ts->begin <= ts->end && h->data_start + ts->end <= h->file_size);
+    struct ckpt_item *it = &c->items[c->nitems];
+    it->fqn = arena_strndup(&c->arena, ts->name, strlen(ts->name));
+    if (!it->fqn)
+        return out_of_memory(err);
+    it->kind = CKPT_ITEM_TENSOR;
+    it->file = f;
+    it->offset = h->data_start + ts->begin;
+    it->length = ts->end - ts->begin;
+    it->index_hint = -1;
+    it->bytes = CKPT_NONE;
+    uint32_t t;
+    if (strmap_get(&B->fq, it->fqn, strlen(it->fqn), &t) != 0) {
+        t = c->ntensors++;
+        struct ckpt_tensor *tt = &c->tensors[t];
+        tt->fqn = it->fqn;
+        tt->dtype = arena_strndup(&c->arena, ts->dtype, strlen(ts->dtype));
+        tt->elem_bits = ts->elem_bits;
+        tt->ndim = ts->ndim;
+        if (!tt->dtype || strmap_put(&B->fq, it->fqn, strlen(it->fqn), t, NULL) < 0)
+            return out_of_memory(err);
+    } else {
+        const struct ckpt_tensor *tt = &c->tensors[t];
+        if (!ts->saved_offsets)
+            return ckpt_err_set(err, CKPT_EINVALID, CKPT_NOPOS,
+                                "safetensors: '%s' is in several files without "
+                                "DCP_SHARDING_INFO",
+                                it->fqn);
+        if (strcmp(tt->dtype, ts->dtype) != 0 || tt->ndim != ts->ndim)
+            return ckpt_err_set(err, CKPT_EINVALID, CKPT_NOPOS,
+                                "safetensors: shards of '%s' disagree on dtype or rank", it->fqn);
+    }
+    it->tensor = t;
+    it->chunk = B->nch[t]++;
+    B->tidx[c->nitems] = t;
+    c->nitems++;
+    return 0;
+}
+
+/* Add file f (named name, header h): its file record, its __metadata__ and its tensor
+ * entries as items: 0, -ENOMEM or CKPT_EINVALID. */
+static int add_st_file(struct st_build *B, uint32_t f, const char *name, const struct st_header *h)
+{
+    struct ckpt *c = B->c;
+    struct arena *A = &c->arena;
+    char why[96];
+    if (ckpt_check_relpath(name, strlen(name), why, sizeof(why)))
+        return ckpt_err_set(B->err, CKPT_EINVALID, CKPT_NOPOS, "safetensors: '%s': %s", name, why);
+    struct ckpt_file *fi = &c->files[c->nfiles++];
+    fi->name = arena_strndup(A, name, strlen(name));
+    fi->rank = -1;
+    fi->size = h->file_size;
+    fi->present = 1;
+    fi->data_start = h->data_start;
+    struct ckpt_st_info *si = &c->st[f];
+    si->header_len = h->header_len;
+    si->has_metadata = h->has_metadata;
+    si->nmeta = h->nmeta;
+    si->meta_keys = arena_alloc(A, (h->nmeta + 1) * sizeof(char *));
+    si->meta_values = arena_alloc(A, (h->nmeta + 1) * sizeof(char *));
+    if (!fi->name || !si->meta_keys || !si->meta_values)
+        return out_of_memory(B->err);
+    for (uint32_t m = 0; m < h->nmeta; m++) {
+        si->meta_keys[m] = arena_strndup(A, h->meta_keys[m], strlen(h->meta_keys[m]));
+        si->meta_values[m] = arena_strndup(A, h->meta_values[m], strlen(h->meta_values[m]));
+        if (!si->meta_keys[m] || !si->meta_values[m])
+            return out_of_memory(B->err);
+    }
+    for (uint32_t k = 0; k < h->ntensors; k++) {
+        int rc = add_st_item(B, f, h, &h->tensors[k]);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+/* Give every tensor its chunks (one per item, in item order, offsets from
+ * DCP_SHARDING_INFO) and its global shape (the extent of its chunks): 0, -ENOMEM or
+ * CKPT_EINVALID (an extent that overflows). */
+static int place_chunks(struct st_build *B, struct st_header *const *hdrs, uint32_t nfiles)
+{
+    struct ckpt *c = B->c;
+    struct arena *A = &c->arena;
+    for (uint32_t t = 0; t < c->ntensors; t++) {
+        struct ckpt_tensor *tt = &c->tensors[t];
+        tt->chunks = arena_zalloc(A, (B->nch[t] + 1) * sizeof(*tt->chunks));
+        int64_t *size = arena_zalloc(A, (tt->ndim + 1) * sizeof(int64_t));
+        if (!tt->chunks || !size)
+            return out_of_memory(B->err);
+        tt->size = size;
+    }
+    uint32_t i = 0;
+    for (uint32_t f = 0; f < nfiles; f++) {
+        for (uint32_t k = 0; k < hdrs[f]->ntensors; k++, i++) {
+            const struct st_tensor *ts = &hdrs[f]->tensors[k];
+            assert(i < c->nitems && B->tidx[i] < c->ntensors);
+            struct ckpt_tensor *tt = &c->tensors[B->tidx[i]];
+            assert(tt->nchunks < B->nch[B->tidx[i]]); /* counted by add_st_item */
+            struct ckpt_chunk *ch = &tt->chunks[tt->nchunks++];
+            int64_t *offs = arena_zalloc(A, (ts->ndim + 1) * sizeof(int64_t));
+            if (!offs)
+                return out_of_memory(B->err);
+            if (ts->saved_offsets)
+                memcpy(offs, ts->saved_offsets, ts->ndim * sizeof(int64_t));
+            ch->offsets = offs;
+            ch->sizes = ts->shape;
+            ch->item = i;
+            int64_t *size = (int64_t *)tt->size;
+            for (uint32_t d = 0; d < ts->ndim; d++) {
+                if (ts->shape[d] > INT64_MAX - offs[d])
+                    return ckpt_err_set(B->err, CKPT_EINVALID, CKPT_NOPOS,
+                                        "safetensors: '%s' shard extent overflows", ts->name);
+                if (offs[d] + ts->shape[d] > size[d])
+                    size[d] = offs[d] + ts->shape[d];
+            }
+        }
+    }
+    return 0;
+}
+
+/* Copy the chunks' shapes, which point into the header arenas, into the checkpoint's arena:
+ * 0 or -ENOMEM. */
+static int copy_chunk_shapes(struct st_build *B)
+{
+    struct ckpt *c = B->c;
+    for (uint32_t t = 0; t < c->ntensors; t++) {
+        struct ckpt_tensor *tt = &c->tensors[t];
+        for (uint32_t k = 0; k < tt->nchunks; k++) {
+            int64_t *s = arena_alloc(&c->arena, (tt->ndim + 1) * sizeof(int64_t));
+            if (!s)
+                return out_of_memory(B->err);
+            memcpy(s, tt->chunks[k].sizes, tt->ndim * sizeof(int64_t));
+            tt->chunks[k].sizes = s;
+        }
+    }
+    return 0;
+}
+
+/* Check that every tensor the HF index ix names is in the file it names: 0 or
+ * CKPT_EINVALID. */
+static int check_st_index(struct st_build *B, const struct st_index *ix)
+{
+    const struct ckpt *c = B->c;
+    for (uint32_t k = 0; k < ix->n; k++) {
+        uint32_t t;
+        if (strmap_get(&B->fq, ix->fqn[k], strlen(ix->fqn[k]), &t) != 0)
+            return ckpt_err_set(B->err, CKPT_EINVALID, CKPT_NOPOS,
+                                "safetensors index: '%s' is in no file", ix->fqn[k]);
+        const struct ckpt_tensor *tt = &c->tensors[t];
+        int found = 0;
+        for (uint32_t q = 0; q < tt->nchunks; q++)
+            if (strcmp(c->files[c->items[tt->chunks[q].item].file].name, ix->file[k]) == 0)
+                found = 1;
+        if (!found)
+            return ckpt_err_set(B->err, CKPT_EINVALID, CKPT_NOPOS,
+                                "safetensors index: '%s' is not in %s", ix->fqn[k], ix->file[k]);
+    }
+    return 0;
+}
+
 int st_build_ckpt(const char *const *names, struct st_header *const *hdrs, uint32_t nfiles,
                   const struct st_index *ix, struct ckpt **out, struct ckpt_err *err)
 {
@@ -410,181 +602,35 @@ int st_build_ckpt(const char *const *names, struct st_header *const *hdrs, uint3
         nt += hdrs[f]->ntensors;
     if (nt >= UINT32_MAX / 2)
         return ckpt_err_set(err, CKPT_ELIMIT, CKPT_NOPOS, "safetensors: too many tensors");
-    struct ckpt *c = ckpt_new(CKPT_FORMAT_SAFETENSORS, 0);
-    struct strmap fq;
+    struct st_build B = {.c = ckpt_new(CKPT_FORMAT_SAFETENSORS, 0), .err = err};
+    struct ckpt *c = B.c;
     int rc = 0;
-    if (!c || strmap_init(&fq, nt)) {
+    if (!c || strmap_init(&B.fq, nt)) {
         ckpt_free(c);
-        return ckpt_err_set(err, -ENOMEM, CKPT_NOPOS, "out of memory");
+        return out_of_memory(err);
     }
     struct arena *A = &c->arena;
     c->files = arena_zalloc(A, (nfiles + 1) * sizeof(*c->files));
     c->st = arena_zalloc(A, (nfiles + 1) * sizeof(*c->st));
     c->items = arena_zalloc(A, (nt + 1) * sizeof(*c->items));
     c->tensors = arena_zalloc(A, (nt + 1) * sizeof(*c->tensors));
-    uint32_t *nch = calloc(nt + 1, sizeof(uint32_t));  /* chunks per tensor */
-    uint32_t *tidx = calloc(nt + 1, sizeof(uint32_t)); /* item -> tensor */
-    if (!c->files || !c->st || !c->items || !c->tensors || !nch || !tidx) {
-        rc = ckpt_err_set(err, -ENOMEM, CKPT_NOPOS, "out of memory");
+    B.cap = nt;
+    B.nch = calloc(nt + 1, sizeof(uint32_t));
+    B.tidx = calloc(nt + 1, sizeof(uint32_t));
+    if (!c->files || !c->st || !c->items || !c->tensors || !B.nch || !B.tidx) {
+        rc = out_of_memory(err);
         goto done;
     }
-    for (uint32_t f = 0; f < nfiles; f++) {
-        char why[96];
-        if (ckpt_check_relpath(names[f], strlen(names[f]), why, sizeof(why))) {
-            rc = ckpt_err_set(err, CKPT_EINVALID, CKPT_NOPOS, "safetensors: '%s': %s", names[f],
-                              why);
-            goto done;
-        }
-        const struct st_header *h = hdrs[f];
-        struct ckpt_file *fi = &c->files[c->nfiles++];
-        fi->name = arena_strndup(A, names[f], strlen(names[f]));
-        fi->rank = -1;
-        fi->size = h->file_size;
-        fi->present = 1;
-        fi->data_start = h->data_start;
-        struct ckpt_st_info *si = &c->st[f];
-        si->header_len = h->header_len;
-        si->has_metadata = h->has_metadata;
-        si->nmeta = h->nmeta;
-        si->meta_keys = arena_alloc(A, (h->nmeta + 1) * sizeof(char *));
-        si->meta_values = arena_alloc(A, (h->nmeta + 1) * sizeof(char *));
-        if (!fi->name || !si->meta_keys || !si->meta_values) {
-            rc = ckpt_err_set(err, -ENOMEM, CKPT_NOPOS, "out of memory");
-            goto done;
-        }
-        for (uint32_t m = 0; m < h->nmeta; m++) {
-            si->meta_keys[m] = arena_strndup(A, h->meta_keys[m], strlen(h->meta_keys[m]));
-            si->meta_values[m] = arena_strndup(A, h->meta_values[m], strlen(h->meta_values[m]));
-            if (!si->meta_keys[m] || !si->meta_values[m]) {
-                rc = ckpt_err_set(err, -ENOMEM, CKPT_NOPOS, "out of memory");
-                goto done;
-            }
-        }
-        for (uint32_t k = 0; k < h->ntensors; k++) {
-            const struct st_tensor *ts = &h->tensors[k];
-            struct ckpt_item *it = &c->items[c->nitems];
-            it->fqn = arena_strndup(A, ts->name, strlen(ts->name));
-            if (!it->fqn) {
-                rc = ckpt_err_set(err, -ENOMEM, CKPT_NOPOS, "out of memory");
-                goto done;
-            }
-            it->kind = CKPT_ITEM_TENSOR;
-            it->file = f;
-            it->offset = h->data_start + ts->begin;
-            it->length = ts->end - ts->begin;
-            it->index_hint = -1;
-            it->bytes = CKPT_NONE;
-            uint32_t t;
-            if (strmap_get(&fq, it->fqn, strlen(it->fqn), &t) != 0) {
-                t = c->ntensors++;
-                struct ckpt_tensor *tt = &c->tensors[t];
-                tt->fqn = it->fqn;
-                tt->dtype = arena_strndup(A, ts->dtype, strlen(ts->dtype));
-                tt->elem_bits = ts->elem_bits;
-                tt->ndim = ts->ndim;
-                if (!tt->dtype || strmap_put(&fq, it->fqn, strlen(it->fqn), t, NULL) < 0) {
-                    rc = ckpt_err_set(err, -ENOMEM, CKPT_NOPOS, "out of memory");
-                    goto done;
-                }
-            } else {
-                const struct ckpt_tensor *tt = &c->tensors[t];
-                if (!ts->saved_offsets) {
-                    rc = ckpt_err_set(err, CKPT_EINVALID, CKPT_NOPOS,
-                                      "safetensors: '%s' is in several files without "
-                                      "DCP_SHARDING_INFO",
-                                      it->fqn);
-                    goto done;
-                }
-                if (strcmp(tt->dtype, ts->dtype) != 0 || tt->ndim != ts->ndim) {
-                    rc = ckpt_err_set(err, CKPT_EINVALID, CKPT_NOPOS,
-                                      "safetensors: shards of '%s' disagree on dtype or rank",
-                                      it->fqn);
-                    goto done;
-                }
-            }
-            it->tensor = t;
-            it->chunk = nch[t]++;
-            tidx[c->nitems] = t;
-            c->nitems++;
-        }
-    }
-    /* chunks and global shapes */
-    for (uint32_t t = 0; t < c->ntensors; t++) {
-        struct ckpt_tensor *tt = &c->tensors[t];
-        tt->chunks = arena_zalloc(A, (nch[t] + 1) * sizeof(*tt->chunks));
-        int64_t *size = arena_zalloc(A, (tt->ndim + 1) * sizeof(int64_t));
-        if (!tt->chunks || !size) {
-            rc = ckpt_err_set(err, -ENOMEM, CKPT_NOPOS, "out of memory");
-            goto done;
-        }
-        tt->size = size;
-    }
-    uint32_t i = 0;
-    for (uint32_t f = 0; f < nfiles; f++) {
-        for (uint32_t k = 0; k < hdrs[f]->ntensors; k++, i++) {
-            const struct st_tensor *ts = &hdrs[f]->tensors[k];
-            struct ckpt_tensor *tt = &c->tensors[tidx[i]];
-            struct ckpt_chunk *ch = &tt->chunks[tt->nchunks++];
-            int64_t *offs = arena_zalloc(A, (ts->ndim + 1) * sizeof(int64_t));
-            if (!offs) {
-                rc = ckpt_err_set(err, -ENOMEM, CKPT_NOPOS, "out of memory");
-                goto done;
-            }
-            if (ts->saved_offsets)
-                memcpy(offs, ts->saved_offsets, ts->ndim * sizeof(int64_t));
-            ch->offsets = offs;
-            ch->sizes = ts->shape;
-            ch->item = i;
-            int64_t *size = (int64_t *)tt->size;
-            for (uint32_t d = 0; d < ts->ndim; d++) {
-                if (ts->shape[d] > INT64_MAX - offs[d]) {
-                    rc = ckpt_err_set(err, CKPT_EINVALID, CKPT_NOPOS,
-                                      "safetensors: '%s' shard extent overflows", ts->name);
-                    goto done;
-                }
-                if (offs[d] + ts->shape[d] > size[d])
-                    size[d] = offs[d] + ts->shape[d];
-            }
-        }
-    }
-    /* shapes live in the header arenas: copy them */
-    for (uint32_t t = 0; t < c->ntensors; t++) {
-        struct ckpt_tensor *tt = &c->tensors[t];
-        for (uint32_t k = 0; k < tt->nchunks; k++) {
-            int64_t *s = arena_alloc(A, (tt->ndim + 1) * sizeof(int64_t));
-            if (!s) {
-                rc = ckpt_err_set(err, -ENOMEM, CKPT_NOPOS, "out of memory");
-                goto done;
-            }
-            memcpy(s, tt->chunks[k].sizes, tt->ndim * sizeof(int64_t));
-            tt->chunks[k].sizes = s;
-        }
-    }
-    if (ix) {
-        for (uint32_t k = 0; k < ix->n; k++) {
-            uint32_t t;
-            if (strmap_get(&fq, ix->fqn[k], strlen(ix->fqn[k]), &t) != 0) {
-                rc = ckpt_err_set(err, CKPT_EINVALID, CKPT_NOPOS,
-                                  "safetensors index: '%s' is in no file", ix->fqn[k]);
-                goto done;
-            }
-            const struct ckpt_tensor *tt = &c->tensors[t];
-            int found = 0;
-            for (uint32_t q = 0; q < tt->nchunks; q++)
-                if (strcmp(c->files[c->items[tt->chunks[q].item].file].name, ix->file[k]) == 0)
-                    found = 1;
-            if (!found) {
-                rc = ckpt_err_set(err, CKPT_EINVALID, CKPT_NOPOS,
-                                  "safetensors index: '%s' is not in %s", ix->fqn[k], ix->file[k]);
-                goto done;
-            }
-        }
-    }
+    for (uint32_t f = 0; f < nfiles && !rc; f++)
+        rc = add_st_file(&B, f, names[f], hdrs[f]);
+    if (rc || (rc = place_chunks(&B, hdrs, nfiles)) || (rc = copy_chunk_shapes(&B)) ||
+        (ix && (rc = check_st_index(&B, ix))))
+        goto done;
     rc = ckpt_finish(c, err);
 done:
-    strmap_free(&fq);
-    free(nch);
-    free(tidx);
+    strmap_free(&B.fq);
+    free(B.nch);
+    free(B.tidx);
     if (rc) {
         ckpt_free(c);
         return rc;

@@ -6,6 +6,7 @@
  */
 #include "strmap.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +33,7 @@ static int strmap_grow(struct strmap *m, size_t want)
             return -ENOMEM;
         cap *= 2;
     }
+    assert((cap & (cap - 1)) == 0 && want <= cap / 2);
     if (cap == m->cap)
         return 0;
     struct strmap_slot *s = calloc(cap, sizeof(*s));
@@ -73,6 +75,8 @@ int strmap_get(const struct strmap *m, const void *key, size_t len, uint32_t *va
 {
     if (!m->cap)
         return -1;
+    /* load factor at most 1/2: some slot is empty, so every probe sequence ends */
+    assert(m->n <= m->cap / 2);
     uint64_t h = strmap_hash(key, len);
     for (size_t j = h & (m->cap - 1);; j = (j + 1) & (m->cap - 1)) {
         const struct strmap_slot *s = &m->slots[j];
@@ -92,6 +96,7 @@ int strmap_put(struct strmap *m, const void *key, size_t len, uint32_t val, uint
         if (rc)
             return rc;
     }
+    assert(m->cap && m->n + 1 <= m->cap / 2);
     uint64_t h = strmap_hash(key, len);
     for (size_t j = h & (m->cap - 1);; j = (j + 1) & (m->cap - 1)) {
         struct strmap_slot *s = &m->slots[j];

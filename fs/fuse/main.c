@@ -84,6 +84,8 @@ static int make_dirs(const char *path)
     return 0;
 }
 
+/* Create the cache directory (--cache-dir, else $XDG_CACHE_HOME/ckptfs or ~/.cache/ckptfs)
+ * and put its absolute path in out (PATH_MAX bytes): 0, or -errno after a message on stderr. */
 static int prepare_cache_dir(struct options *o, char *out, size_t outlen)
 {
     char def[PATH_MAX];
@@ -119,6 +121,146 @@ static void tune_allocator(void)
     mallopt(M_TRIM_THRESHOLD, 256 << 20);
 }
 
+/* Check that o->mountpoint is a directory and replace it by its absolute path, kept in
+ * real (PATH_MAX bytes): 0, or -1 after a message on stderr. */
+static int resolve_mountpoint(struct options *o, char *real)
+{
+    struct stat mst;
+    if (stat(o->mountpoint, &mst) < 0) {
+        fprintf(stderr, "ckptfs: mountpoint '%s': %s\n", o->mountpoint, strerror(errno));
+        return -1;
+    }
+    if (!S_ISDIR(mst.st_mode)) {
+        fprintf(stderr, "ckptfs: mountpoint '%s' is not a directory\n", o->mountpoint);
+        return -1;
+    }
+    /* The daemon changes to / when it detaches: a relative mountpoint would
+     * name another directory by the time it unmounts. */
+    if (!realpath(o->mountpoint, real)) {
+        fprintf(stderr, "ckptfs: mountpoint '%s': %s\n", o->mountpoint, strerror(errno));
+        return -1;
+    }
+    o->mountpoint = real;
+    return 0;
+}
+
+/* Open --log-file if the daemon detaches (*fd, else -1): 0, or -1 after a message on
+ * stderr. Opened before the daemon changes to / and points stderr at /dev/null; it becomes
+ * stderr once detached. */
+static int open_log_file(const struct options *o, int *fd)
+{
+    *fd = -1;
+    if (!o->log_file || o->foreground)
+        return 0;
+    *fd = open(o->log_file, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (*fd < 0) {
+        fprintf(stderr, "ckptfs: log file '%s': %s\n", o->log_file, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+/* Open and validate the store o names: the store, or NULL after a message on stderr. */
+static struct store *open_store(struct options *o)
+{
+    char err[512] = "";
+    struct store *store = NULL;
+    if (store_open(o->store_url, &o->store, &store, err, sizeof err) < 0) {
+        fprintf(stderr, "ckptfs: %s\n", err[0] ? err : "cannot open store");
+        return NULL;
+    }
+    return store;
+}
+
+/* libfuse's command line for o (program name argv0) into args: 0, or -1 after a message on
+ * stderr. */
+static int fuse_arguments(const struct options *o, char *argv0, struct fuse_args *args)
+{
+    if (fuse_opt_add_arg(args, argv0) || fuse_opt_add_arg(args, "-o") ||
+        fuse_opt_add_arg(args, o->fuse_opts) || (o->debug && fuse_opt_add_arg(args, "-d"))) {
+        fprintf(stderr, "ckptfs: out of memory\n");
+        return -1;
+    }
+    return 0;
+}
+
+/* Mount fuse on o->mountpoint and raise the mount's kernel readahead: 0, or -1 after a
+ * message on stderr. */
+static int mount_on(struct fuse *fuse, const struct options *o)
+{
+    if (fuse_mount(fuse, o->mountpoint) != 0) {
+        fprintf(stderr,
+                "ckptfs: cannot mount on '%s' (is fuse3 installed and /dev/fuse "
+                "usable?)\n",
+                o->mountpoint);
+        return -1;
+    }
+    raise_kernel_readahead(o->mountpoint, o->max_readahead);
+    return 0;
+}
+
+/* Make SIGINT, SIGTERM and SIGHUP unmount fuse: 0, or libfuse's error. */
+static int take_signals(struct fuse *fuse)
+{
+    /* libfuse leaves a signal alone when it was ignored at start, and a shell
+     * starts background jobs (`ckptfs -f ... &` in a script) with SIGINT
+     * ignored: then `kill -INT` would not unmount. Every one of these signals
+     * means "unmount and exit" for ckptfs, however it was started. */
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    signal(SIGHUP, SIG_DFL);
+    return fuse_set_signal_handlers(fuse_get_session(fuse));
+}
+
+/* Detach unless -f, logging to log_fd (if open) or else syslog once detached: 0, or
+ * libfuse's error. */
+static int detach(const struct options *o, int log_fd)
+{
+    if (fuse_daemonize(o->foreground) != 0)
+        return -1;
+    if (log_fd >= 0)
+        dup2(log_fd, STDERR_FILENO);
+    else if (!o->foreground)
+        log_use_syslog(1);
+    return 0;
+}
+
+/* Create the core (it starts threads: only after fuse_daemonize forks) on store and log the
+ * mount: 0, or -1 after logging why. */
+static int start_core(struct options *o, struct store *store, const char *cache_dir,
+                      struct core **core)
+{
+    o->core.cache_dir = cache_dir;
+    o->core.kernel_readahead = o->max_readahead;
+    int rc = core_create(store, &o->core, core);
+    if (rc < 0) {
+        log_error("cannot start: %s", strerror(-rc));
+        return -1;
+    }
+    log_info("mounted %s on %s (cache %llu MiB, cache dir %s, %s)", store->description,
+             o->mountpoint, (unsigned long long)(o->core.cache_size >> 20), cache_dir,
+             !core_writable(*core)        ? "read-only"
+             : o->core.stage.fsync_remote ? "fsync remote"
+                                          : "fsync staged");
+    return 0;
+}
+
+/* Serve requests until unmounted or signalled: the exit status, 0 for a clean shutdown. */
+static int serve(struct fuse *fuse, const struct options *o)
+{
+    /* The loop returns 0 after an unmount, the signal number after SIGINT/
+     * SIGTERM/SIGHUP (both clean shutdowns) and -1 on error. */
+    int loop_rc;
+    if (o->single_thread) {
+        loop_rc = fuse_loop(fuse);
+    } else {
+        struct fuse_loop_config lc = {.clone_fd = 0, .max_idle_threads = 16};
+        loop_rc = fuse_loop_mt(fuse, &lc);
+    }
+    log_info("unmounting %s", o->mountpoint);
+    return loop_rc < 0 ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
     tune_allocator();
@@ -127,44 +269,14 @@ int main(int argc, char **argv)
     int prc = options_parse(argc, argv, &o);
     if (prc != 0)
         return prc > 0 ? 0 : 2;
-
-    struct stat mst;
-    if (stat(o.mountpoint, &mst) < 0) {
-        fprintf(stderr, "ckptfs: mountpoint '%s': %s\n", o.mountpoint, strerror(errno));
+    char mountpoint[PATH_MAX], cache_dir[PATH_MAX];
+    int log_fd;
+    if (resolve_mountpoint(&o, mountpoint) < 0 || open_log_file(&o, &log_fd) < 0 ||
+        prepare_cache_dir(&o, cache_dir, sizeof cache_dir) < 0)
         return 1;
-    }
-    if (!S_ISDIR(mst.st_mode)) {
-        fprintf(stderr, "ckptfs: mountpoint '%s' is not a directory\n", o.mountpoint);
+    struct store *store = open_store(&o);
+    if (!store)
         return 1;
-    }
-    /* The daemon changes to / when it detaches: a relative mountpoint would
-     * name another directory by the time it unmounts. */
-    char mountpoint[PATH_MAX];
-    if (!realpath(o.mountpoint, mountpoint)) {
-        fprintf(stderr, "ckptfs: mountpoint '%s': %s\n", o.mountpoint, strerror(errno));
-        return 1;
-    }
-    o.mountpoint = mountpoint;
-    /* Opened here, before the daemon changes to / and points stderr at
-     * /dev/null; it becomes stderr once detached. */
-    int log_fd = -1;
-    if (o.log_file && !o.foreground) {
-        log_fd = open(o.log_file, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-        if (log_fd < 0) {
-            fprintf(stderr, "ckptfs: log file '%s': %s\n", o.log_file, strerror(errno));
-            return 1;
-        }
-    }
-    char cache_dir[PATH_MAX];
-    if (prepare_cache_dir(&o, cache_dir, sizeof cache_dir) < 0)
-        return 1;
-
-    char err[512] = "";
-    struct store *store = NULL;
-    if (store_open(o.store_url, &o.store, &store, err, sizeof err) < 0) {
-        fprintf(stderr, "ckptfs: %s\n", err[0] ? err : "cannot open store");
-        return 1;
-    }
 
     options_add_fuse(&o, "fsname=ckptfs,subtype=ckptfs,default_permissions");
     struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
@@ -173,67 +285,21 @@ int main(int argc, char **argv)
     struct core *core = NULL;
     struct ops_context octx = {.attr_timeout = o.core.attr_timeout,
                                .max_readahead = o.max_readahead};
-    if (fuse_opt_add_arg(&args, argv[0]) || fuse_opt_add_arg(&args, "-o") ||
-        fuse_opt_add_arg(&args, o.fuse_opts) || (o.debug && fuse_opt_add_arg(&args, "-d"))) {
-        fprintf(stderr, "ckptfs: out of memory\n");
+    if (fuse_arguments(&o, argv[0], &args) < 0)
         goto out_store;
-    }
     fuse = fuse_new(&args, ckptfs_fuse_operations(), sizeof(struct fuse_operations), &octx);
     if (!fuse) {
         fprintf(stderr, "ckptfs: invalid FUSE options '%s'\n", o.fuse_opts);
         goto out_args;
     }
-    if (fuse_mount(fuse, o.mountpoint) != 0) {
-        fprintf(stderr,
-                "ckptfs: cannot mount on '%s' (is fuse3 installed and /dev/fuse "
-                "usable?)\n",
-                o.mountpoint);
+    if (mount_on(fuse, &o) < 0)
         goto out_fuse;
-    }
-    raise_kernel_readahead(o.mountpoint, o.max_readahead);
-    /* libfuse leaves a signal alone when it was ignored at start, and a shell
-     * starts background jobs (`ckptfs -f ... &` in a script) with SIGINT
-     * ignored: then `kill -INT` would not unmount. Every one of these signals
-     * means "unmount and exit" for ckptfs, however it was started. */
-    signal(SIGINT, SIG_DFL);
-    signal(SIGTERM, SIG_DFL);
-    signal(SIGHUP, SIG_DFL);
-    if (fuse_set_signal_handlers(fuse_get_session(fuse)) != 0)
+    if (take_signals(fuse) != 0)
         goto out_unmount;
-    if (fuse_daemonize(o.foreground) != 0)
+    if (detach(&o, log_fd) < 0 || start_core(&o, store, cache_dir, &core) < 0)
         goto out_signals;
-    if (log_fd >= 0)
-        dup2(log_fd, STDERR_FILENO);
-    else if (!o.foreground)
-        log_use_syslog(1);
-
-    /* Threads start only now: fuse_daemonize forks. */
-    o.core.cache_dir = cache_dir;
-    o.core.kernel_readahead = o.max_readahead;
-    rc = core_create(store, &o.core, &core);
-    if (rc < 0) {
-        log_error("cannot start: %s", strerror(-rc));
-        rc = 1;
-        goto out_signals;
-    }
     octx.core = core;
-    log_info("mounted %s on %s (cache %llu MiB, cache dir %s, %s)", store->description,
-             o.mountpoint, (unsigned long long)(o.core.cache_size >> 20), cache_dir,
-             !core_writable(core)        ? "read-only"
-             : o.core.stage.fsync_remote ? "fsync remote"
-                                         : "fsync staged");
-
-    /* The loop returns 0 after an unmount, the signal number after SIGINT/
-     * SIGTERM/SIGHUP (both clean shutdowns) and -1 on error. */
-    int loop_rc;
-    if (o.single_thread) {
-        loop_rc = fuse_loop(fuse);
-    } else {
-        struct fuse_loop_config lc = {.clone_fd = 0, .max_idle_threads = 16};
-        loop_rc = fuse_loop_mt(fuse, &lc);
-    }
-    rc = loop_rc < 0 ? 1 : 0;
-    log_info("unmounting %s", o.mountpoint);
+    rc = serve(fuse, &o);
 
 out_signals:
     fuse_remove_signal_handlers(fuse_get_session(fuse));
