@@ -30,6 +30,7 @@
 
 void core_config_defaults(struct core_config *cfg)
 {
+    *cfg = (struct core_config){0}; /* every field has a value (stats_interval: 0, none) */
     cfg->attr_timeout = 1.0;
     cfg->cache_size = 1ull << 30;
     /* Small blocks: a fetch covers the bytes wanted to within 64 KiB at each
