@@ -46,3 +46,9 @@ const char *path_base(const char *path)
     const char *slash = strrchr(path, '/');
     return slash ? slash + 1 : path;
 }
+
+int path_at_or_below(const char *path, const char *dir)
+{
+    size_t n = strlen(dir);
+    return n == 0 || (strncmp(path, dir, n) == 0 && (path[n] == '/' || path[n] == '\0'));
+}
