@@ -20,7 +20,8 @@ int path_dir(const char *path, char *buf, size_t len);
 /* The last component of a store path. */
 const char *path_base(const char *path);
 
-/* 1 if store path path is dir or lies below it ("" = the root: every path). */
+/* 1 if store path is dir itself or lies below it ("a/b" is at or below "a"
+ * and "a/b", not below "a/bc"); every path is below "" (the root). */
 int path_at_or_below(const char *path, const char *dir);
 
 #endif

@@ -15,8 +15,14 @@
  * until it is sealed again or synced. A .metadata that cannot be parsed
  * waits for (a) only, with a warning. Runs in the stage supervisor thread.
  * Once published, commit_snapshot() hands the index what the check found, so
- * the new checkpoint is indexed without asking the store again.
+ * the new checkpoint is indexed without asking the store again. A middle
+ * layer (stage.h): calls the records (wfile.h), the parser and the store;
+ * a file found ready goes to the supervisor's callback, which starts its
+ * upload.
  */
+#include "commit.h"
+
+#include "clock.h"
 #include "dcp.h"
 #include "fdio.h"
 #include "log.h"
@@ -37,7 +43,7 @@
 #define COMMIT_SNAPSHOT_MAX (256u << 20) /* larger .metadata: the index reads the store */
 #define COMMIT_HEAD_MAX 4 /* this few files missing: ask for each by name, not a listing */
 
-static void free_needs(struct commit_need *needs, size_t n);
+static void free_needs(struct wfile_need *needs, size_t n);
 
 /* All of fd's size bytes into a new buffer, or NULL. */
 static unsigned char *read_whole(int fd, uint64_t size)
@@ -51,19 +57,36 @@ static unsigned char *read_whole(int fd, uint64_t size)
     return buf;
 }
 
+int commit_allows(struct stage *st, struct wfile *wf)
+{
+    if (!wf->is_commit)
+        return 1;
+    if (wf->commit == WFILE_COMMIT_READY && wf->commit_version == wf->version)
+        return 1;
+    if (wf->commit == WFILE_COMMIT_NONE || wf->commit_version != wf->version) {
+        wf->commit = WFILE_COMMIT_WAITING;
+        wf->commit_version = wf->version;
+        wf->commit_deadline = mono_seconds() + st->cfg.commit_timeout;
+        wf->commit_next_check = 0;
+        wf->commit_logged = mono_seconds();
+        pthread_cond_broadcast(&st->changed);
+    }
+    return 0;
+}
+
 void commit_reset(struct wfile *wf)
 {
     free_needs(wf->needs, wf->nneeds);
     wf->needs = NULL;
     wf->nneeds = 0;
     wf->commit_parsed = 0;
-    wf->commit = COMMIT_NONE;
+    wf->commit = WFILE_COMMIT_NONE;
     wf->commit_epoch++;
 }
 
 void commit_retry(struct wfile *wf)
 {
-    if (wf->commit != COMMIT_BLOCKED)
+    if (wf->commit != WFILE_COMMIT_BLOCKED)
         return;
     commit_reset(wf);
     wf->error = 0;
@@ -80,7 +103,7 @@ static size_t local_pending(struct stage *st, const struct wfile *self, const ch
     for (struct wfile *wf = st->files; wf; wf = wf->next) {
         if (wf == self || wf->unlinked || wf->is_commit || wf->held || wfile_clean(wf))
             continue;
-        if (path_below(wf->path, dir)) {
+        if (path_at_or_below(wf->path, dir)) {
             if (!n)
                 *example = path_base(wf->path);
             n++;
@@ -91,18 +114,18 @@ static size_t local_pending(struct stage *st, const struct wfile *self, const ch
 
 static int cmp_need(const void *a, const void *b)
 {
-    return strcmp(((const struct commit_need *)a)->name, ((const struct commit_need *)b)->name);
+    return strcmp(((const struct wfile_need *)a)->name, ((const struct wfile_need *)b)->name);
 }
 
 /* Whether an earlier check found need on the store, large enough. */
-static int need_met(const struct commit_need *need)
+static int need_met(const struct wfile_need *need)
 {
     return need->found_size != UINT64_MAX && need->found_size >= need->min_size;
 }
 
 /* Read the staged .metadata and note, per file it names, the size it needs
  * (no lock: reads the staging file, which a sealed, referenced file keeps). */
-static void parse_needs(struct wfile *wf, uint64_t size, struct commit_need **out, size_t *nout)
+static void parse_needs(struct wfile *wf, uint64_t size, struct wfile_need **out, size_t *nout)
 {
     *out = NULL;
     *nout = 0;
@@ -122,7 +145,7 @@ static void parse_needs(struct wfile *wf, uint64_t size, struct commit_need **ou
                  wf->path, e.msg[0] ? e.msg : ckpt_strerror(rc));
         return;
     }
-    struct commit_need *needs = calloc(c->nfiles ? c->nfiles : 1, sizeof *needs);
+    struct wfile_need *needs = calloc(c->nfiles ? c->nfiles : 1, sizeof *needs);
     for (uint32_t f = 0; needs && f < c->nfiles; f++) {
         uint64_t need = 0;
         for (uint32_t k = 0; k < c->files[f].nitems; k++) {
@@ -149,7 +172,7 @@ static void parse_needs(struct wfile *wf, uint64_t size, struct commit_need **ou
 }
 
 struct seen {
-    struct commit_need *needs;
+    struct wfile_need *needs;
     size_t n;
     uint64_t *size; /* per need: size found, UINT64_MAX = not seen */
 };
@@ -159,8 +182,8 @@ static int on_entry(void *arg, const char *name, const struct store_stat *st)
     struct seen *s = arg;
     if (st->is_dir)
         return 0;
-    struct commit_need key = {.name = (char *)name};
-    const struct commit_need *hit = bsearch(&key, s->needs, s->n, sizeof key, cmp_need);
+    struct wfile_need key = {.name = (char *)name};
+    const struct wfile_need *hit = bsearch(&key, s->needs, s->n, sizeof key, cmp_need);
     if (hit)
         s->size[hit - s->needs] = st->size;
     return 0;
@@ -174,7 +197,7 @@ static int on_entry(void *arg, const char *name, const struct store_stat *st)
  * subdirectories by name. So a check costs what is still missing, not what
  * the checkpoint holds (docs/design.md, "Request budget"). The first one
  * missing is named in example. -errno if the store cannot be asked. */
-static long count_missing(struct store *store, const char *dir, struct commit_need *needs, size_t n,
+static long count_missing(struct store *store, const char *dir, struct wfile_need *needs, size_t n,
                           uint64_t *size, char *example, size_t exlen)
 {
     size_t first = n, left = 0;
@@ -217,9 +240,9 @@ static long count_missing(struct store *store, const char *dir, struct commit_ne
 }
 
 /* A copy of needs (names and sizes), or NULL. */
-static struct commit_need *copy_needs(const struct commit_need *needs, size_t n)
+static struct wfile_need *copy_needs(const struct wfile_need *needs, size_t n)
 {
-    struct commit_need *c = calloc(n ? n : 1, sizeof *c);
+    struct wfile_need *c = calloc(n ? n : 1, sizeof *c);
     for (size_t i = 0; c && i < n; i++) {
         c[i].min_size = needs[i].min_size;
         c[i].found_size = needs[i].found_size;
@@ -233,7 +256,7 @@ static struct commit_need *copy_needs(const struct commit_need *needs, size_t n)
     return c;
 }
 
-static void free_needs(struct commit_need *needs, size_t n)
+static void free_needs(struct wfile_need *needs, size_t n)
 {
     for (size_t i = 0; needs && i < n; i++)
         free(needs[i].name);
@@ -242,7 +265,7 @@ static void free_needs(struct commit_need *needs, size_t n)
 
 static void block(struct stage *st, struct wfile *wf, const char *why)
 {
-    wf->commit = COMMIT_BLOCKED;
+    wf->commit = WFILE_COMMIT_BLOCKED;
     wf->error = -EIO;
     st->stats.commit_timeouts++;
     log_error("commit: %s was not published: %s after %.0f s (--commit-timeout); it stays staged "
@@ -252,8 +275,9 @@ static void block(struct stage *st, struct wfile *wf, const char *why)
 }
 
 /* One step for one waiting commit file (lock held, ref held; unlocks to
- * read the staged file and to list the store). */
-static void check_one(struct stage *st, struct wfile *wf, double now)
+ * read the staged file and to list the store): it stays waiting, or becomes
+ * blocked, or ready (returns 1). */
+static int check_one(struct stage *st, struct wfile *wf, double now)
 {
     char dir[4096], why[512], example[300] = "";
     path_dir(wf->path, dir, sizeof dir);
@@ -267,15 +291,15 @@ static void check_one(struct stage *st, struct wfile *wf, double now)
     } else {
         if (!wf->commit_parsed) {
             uint64_t size = wf->size;
-            struct commit_need *needs;
+            struct wfile_need *needs;
             size_t n;
             pthread_mutex_unlock(&st->lock);
             parse_needs(wf, size, &needs, &n);
             pthread_mutex_lock(&st->lock);
-            if (wf->commit != COMMIT_WAITING || wf->commit_version != version ||
+            if (wf->commit != WFILE_COMMIT_WAITING || wf->commit_version != version ||
                 wf->version != version || wf->commit_epoch != epoch) {
                 free_needs(needs, n);
-                return; /* changed meanwhile: the next seal starts over */
+                return 0; /* changed meanwhile: the next seal starts over */
             }
             wf->needs = needs;
             wf->nneeds = n;
@@ -284,7 +308,7 @@ static void check_one(struct stage *st, struct wfile *wf, double now)
         long missing = 0;
         size_t n = wf->nneeds;
         if (n) {
-            struct commit_need *needs = copy_needs(wf->needs, n);
+            struct wfile_need *needs = copy_needs(wf->needs, n);
             uint64_t *found = malloc(n * sizeof *found);
             pthread_mutex_unlock(&st->lock);
             missing = needs && found
@@ -292,10 +316,10 @@ static void check_one(struct stage *st, struct wfile *wf, double now)
                           : -ENOMEM;
             free_needs(needs, n);
             pthread_mutex_lock(&st->lock);
-            if (wf->commit != COMMIT_WAITING || wf->commit_version != version ||
+            if (wf->commit != WFILE_COMMIT_WAITING || wf->commit_version != version ||
                 wf->version != version || wf->commit_epoch != epoch) {
                 free(found);
-                return;
+                return 0;
             }
             for (size_t i = 0; missing >= 0 && i < n; i++) /* seen: not asked again */
                 if (found[i] != UINT64_MAX && found[i] >= wf->needs[i].min_size)
@@ -303,9 +327,8 @@ static void check_one(struct stage *st, struct wfile *wf, double now)
             free(found);
         }
         if (missing == 0) {
-            wf->commit = COMMIT_READY;
-            upload_kick(st, wf);
-            return;
+            wf->commit = WFILE_COMMIT_READY;
+            return 1;
         }
         if (missing < 0)
             snprintf(why, sizeof why, "cannot list %.200s on the store (%s)", *dir ? dir : "/",
@@ -316,7 +339,7 @@ static void check_one(struct stage *st, struct wfile *wf, double now)
     }
     if (now >= wf->commit_deadline) {
         block(st, wf, why);
-        return;
+        return 0;
     }
     double waited = now - (wf->commit_deadline - st->cfg.commit_timeout);
     if (now - wf->commit_logged >= COMMIT_LOG_EVERY) {
@@ -330,6 +353,7 @@ static void check_one(struct stage *st, struct wfile *wf, double now)
     while (delay < COMMIT_MAX_RELIST && delay < waited / 4)
         delay *= 2;
     wf->commit_next_check = now + (pending ? 1.0 : delay);
+    return 0;
 }
 
 void commit_wake(struct stage *st, const char *path)
@@ -337,7 +361,7 @@ void commit_wake(struct stage *st, const char *path)
     char dir[4096], d[4096];
     path_dir(path, dir, sizeof dir);
     for (struct wfile *wf = st->files; wf; wf = wf->next) {
-        if (!wf->is_commit || wf->commit != COMMIT_WAITING)
+        if (!wf->is_commit || wf->commit != WFILE_COMMIT_WAITING)
             continue;
         path_dir(wf->path, d, sizeof d);
         if (strcmp(d, dir) == 0)
@@ -345,8 +369,9 @@ void commit_wake(struct stage *st, const char *path)
     }
 }
 
-double commit_check_all(struct stage *st)
+double commit_check_all(struct stage *st, void (*ready)(struct stage *st, struct wfile *wf))
 {
+    WFILE_ASSERT_LOCKED(st);
     double next = 0;
     /* A walk that unlocks: hold a reference on the current file, so it stays
      * in the list, and start over from the head after each unlocking check
@@ -354,7 +379,7 @@ double commit_check_all(struct stage *st)
     for (int restart = 1; restart;) {
         restart = 0;
         for (struct wfile *wf = st->files; wf && !st->stopping; wf = wf->next) {
-            if (!wf->is_commit || wf->unlinked || wf->commit != COMMIT_WAITING ||
+            if (!wf->is_commit || wf->unlinked || wf->commit != WFILE_COMMIT_WAITING ||
                 wf->commit_version != wf->version || wf->seal_version != wf->version)
                 continue;
             double now = mono_seconds();
@@ -364,8 +389,9 @@ double commit_check_all(struct stage *st)
                 continue;
             }
             wfile_ref(wf);
-            check_one(st, wf, now);
-            if (wf->commit == COMMIT_WAITING && wf->commit_next_check &&
+            if (check_one(st, wf, now))
+                ready(st, wf); /* its upload starts before the next file's check */
+            if (wf->commit == WFILE_COMMIT_WAITING && wf->commit_next_check &&
                 (!next || wf->commit_next_check < next))
                 next = wf->commit_next_check;
             wfile_unref(st, wf);

@@ -6,9 +6,9 @@
  *   - discarded (unlinked) files: abort their multipart upload, delete;
  *   - sealed files whose staged bytes can be trusted (same boot, so the
  *     page cache survived; or made durable by fsync before a reboot) and
- *     whose staging file has the recorded size: staged again and queued
- *     for upload, resuming a multipart upload with the parts the journal
- *     lists (others are sent again);
+ *     whose staging file has the recorded size: staged again, sealed, for
+ *     stage_open to start their uploads, resuming a multipart upload with
+ *     the parts the journal lists (others are sent again);
  *   - anything else (written after its last seal, never sealed, or not
  *     durable across a reboot): not published, since the writer never said
  *     it was complete. Its bytes are moved to STAGE_DIR/recovered/<path> and
@@ -16,8 +16,16 @@
  * Multipart uploads of a recorded key that the record does not name (begun,
  * then the crash came before the id was journaled) are aborted. Records of
  * other stores are left alone for a mount of that store.
+ *
+ * Also the second sweep of those keys a little later (recover_sweep_again),
+ * and the sweep of a key after a begin whose answer was lost
+ * (recover_sweep_key, which upload.c calls). A middle layer (stage.h):
+ * calls the records (wfile.h), the journal and the store only.
  */
+#include "recover.h"
+
 #include "clock.h"
+#include "journal.h"
 #include "log.h"
 #include "parts.h"
 #include "strutil.h"
@@ -177,27 +185,22 @@ static void move_to_recovered(struct stage *st, const struct journal_rec *r, con
 }
 
 /* Stage a sealed record again (lock not held); its upload starts once the
- * whole journal is walked (kick_restaged). */
+ * whole journal is walked (stage_open kicks it). */
 static int restage(struct stage *st, const struct journal_rec *r, int fd)
 {
-    struct wfile *wf = calloc(1, sizeof *wf);
-    if (!wf || !(wf->path = strdup(r->path))) {
-        free(wf);
+    struct wfile *wf = wfile_alloc(r->path);
+    if (!wf)
         return -ENOMEM;
-    }
     wf->id = r->id;
-    wf->fd = fd;
     wf->size = r->size;
     wf->mtime_ns = wall_ns();
-    extents_init(&wf->written);
     int rc = extents_add(&wf->written, 0, r->size);
     wf->version = wf->seal_version = 2; /* sealed; 1 would be "a new, empty file" */
     wf->durable_version = r->flags & JOURNAL_DURABLE ? 2 : 0;
-    wf->is_commit = is_commit_name(path_base(r->path));
+    wf->is_commit = wfile_is_commit_name(path_base(r->path));
     wf->journaled = 1;
     wf->sealed_in_journal = 1;
     wf->jseq = r->seq;
-    wf->refs = 1;
     uint32_t count = parts_count(st->cfg.part_size, r->size);
     if (rc == 0)
         rc = wfile_parts_reserve(wf, count ? count : 1);
@@ -206,40 +209,28 @@ static int restage(struct stage *st, const struct journal_rec *r, int fd)
         wf->upload_id = strdup(r->upload_id);
         if (!wf->upload_key || !wf->upload_id)
             rc = -ENOMEM;
-        wf->mpu = MPU_ACTIVE;
+        wf->mpu = WFILE_MPU_ACTIVE;
         for (uint32_t i = 0; rc == 0 && i < r->nparts; i++) {
             const struct journal_part *p = &r->parts[i];
             uint64_t off = parts_offset(st->cfg.part_size, p->number);
             if (p->number > count || off != p->offset) /* another geometry: send it again */
                 continue;
-            struct wpart *wp = &wf->parts[p->number - 1];
+            struct wfile_part *wp = &wf->parts[p->number - 1];
             wp->uploaded = 1;
             wp->up_len = p->length;
             memcpy(wp->etag, p->etag, STORE_ETAG_MAX);
         }
     }
     if (rc < 0) {
-        wf->fd = -1; /* the caller closes it */
-        extents_free(&wf->written);
-        free(wf->parts);
-        free(wf->upload_key);
-        free(wf->upload_id);
-        free(wf->path);
-        free(wf);
+        wfile_free(wf); /* fd is still -1: the caller closes it */
         return rc;
     }
+    wf->fd = fd;
     pthread_mutex_lock(&st->lock);
-    struct wfile *other = stage_find_locked(st, wf->path);
+    struct wfile *other = wfile_find(st, wf->path);
     if (other) /* two records for one name: the newer staging wins */
         log_warn("recover: %s was staged twice; keeping both until uploaded", wf->path);
-    size_t b = str_hash(wf->path, strlen(wf->path)) % STAGE_BUCKETS;
-    wf->hnext = st->table[b];
-    st->table[b] = wf;
-    wf->next = st->files;
-    if (wf->next)
-        wf->next->prev = wf;
-    st->files = wf;
-    st->staged_bytes += wf->size;
+    wfile_link(st, wf);
     st->stats.recovered_files++;
     wfile_unref(st, wf);
     pthread_mutex_unlock(&st->lock);
@@ -276,7 +267,7 @@ static int recover_one(void *arg, const struct journal_rec *r)
         return 0;
     }
     char name[32];
-    staging_name(r->id, name);
+    wfile_staging_name(r->id, name);
     int keep_id = (r->flags & JOURNAL_SEALED) && !(r->flags & JOURNAL_DISCARD);
     const char *keep = keep_id ? r->upload_id : "";
     /* Uploads nobody will complete: one begun before its id was journaled,
@@ -375,7 +366,7 @@ static void keep_orphans(struct stage *st, struct recover_ctx *c)
             continue;
         char path[4096] = "";
         int sfd = openat(st->files_dirfd, e->d_name, O_RDONLY | O_CLOEXEC);
-        ssize_t n = sfd >= 0 ? fgetxattr(sfd, STAGE_PATH_XATTR, path, sizeof path - 1) : -1;
+        ssize_t n = sfd >= 0 ? fgetxattr(sfd, WFILE_PATH_XATTR, path, sizeof path - 1) : -1;
         struct stat sb;
         uint64_t size = sfd >= 0 && fstat(sfd, &sb) == 0 ? (uint64_t)sb.st_size : 0;
         if (sfd >= 0)
@@ -406,17 +397,6 @@ static void keep_orphans(struct stage *st, struct recover_ctx *c)
  * during the first one, held by a proxy or a load balancer. */
 #define SWEEP_AGAIN_AFTER 2.0
 
-/* Start the uploads of the restaged files, once every record's stray
- * uploads are swept: a later record naming the same key (a file renamed away
- * from it, a discarded one) would abort an upload begun before its sweep. */
-static void kick_restaged(struct stage *st)
-{
-    pthread_mutex_lock(&st->lock);
-    for (struct wfile *wf = st->files; wf; wf = wf->next)
-        upload_kick(st, wf);
-    pthread_mutex_unlock(&st->lock);
-}
-
 void recover_journal(struct stage *st)
 {
     struct recover_ctx c = {.st = st};
@@ -425,7 +405,6 @@ void recover_journal(struct stage *st)
         log_error("recover: cannot read the journal: %s", strerror(-rc));
     else
         keep_orphans(st, &c);
-    kick_restaged(st);
     free(c.ids);
     if (st->nsweep_keys)
         st->sweep_at = mono_seconds() + SWEEP_AGAIN_AFTER;
@@ -446,7 +425,7 @@ static int key_in_use(const struct stage *st, const char *key)
     for (const struct wfile *wf = st->files; wf; wf = wf->next) {
         int same = (wf->path && strcmp(wf->path, key) == 0) ||
                    (wf->upload_key && strcmp(wf->upload_key, key) == 0);
-        if (same && (wf->jobs > 0 || wf->mpu == MPU_BEGINNING))
+        if (same && (wf->jobs > 0 || wf->mpu == WFILE_MPU_BEGINNING))
             return 1;
     }
     return 0;

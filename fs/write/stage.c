@@ -1,22 +1,25 @@
 /*
- * fs/write/stage.c - the staging area (see stage.h and wfile.h).
- *
- * Owns: the staging directory (locked against a second mount), the table
- * of staged files by path and the staging-only directories (the namespace
- * overlay the core lays over the store), the staging files themselves
- * (create, write, truncate, adopt an existing object), seals (close,
- * fsync), renames and unlinks of staged files, the disk budget, sync and
- * the supervisor thread that runs upload timers and commit checks. Moving
- * bytes to the store is upload.c's job; deciding when a .metadata may go
- * is commit.c's; recover.c takes over the journal at mount.
+ * fs/write/stage.c - the write path's client calls (see stage.h), the top of
+ * fs/write and the owner of each staged file's state machine (the table in
+ * stage.h): creating and adopting staged files, writes and truncates into
+ * their staging files, the disk budget, seals (close, fsync), renames,
+ * unlinks and sync. It moves files between the states and calls downward
+ * only: upload.c to start or cancel uploads, commit.c to reset a commit
+ * check, writeback.c, and the records (wfile.h) and the journal.
+ * stage_life.c opens and closes the staging area and runs the supervisor;
+ * stage_names.c answers for the names staging adds to the namespace.
  */
-#include "clock.h"
 #include "stage.h"
 
+#include "clock.h"
+#include "commit.h"
+#include "journal.h"
 #include "log.h"
 #include "parts.h"
 #include "strutil.h"
+#include "upload.h"
 #include "wfile.h"
+#include "writeback.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -25,11 +28,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>
-#include <sys/statvfs.h>
-#include <time.h>
 #include <unistd.h>
 
 #define ADOPT_CHUNK (8u << 20)
@@ -47,168 +47,16 @@ void stage_config_defaults(struct stage_config *cfg)
     cfg->upload_yield_max = 10;
 }
 
-/* ---- small helpers ----------------------------------------------------- */
-
-void stage_waiter_enter(struct stage *st)
-{
-    st->upload_waiters++;
-    pthread_cond_broadcast(&st->changed); /* uploads yielding to writers: go */
-}
-
-void stage_waiter_leave(struct stage *st)
-{
-    assert(st->upload_waiters > 0);
-    st->upload_waiters--;
-}
-
-void stage_wait(struct stage *st, double seconds)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    long ns = ts.tv_nsec + (long)((seconds - (double)(long)seconds) * 1e9);
-    ts.tv_sec += (time_t)seconds + ns / 1000000000L;
-    ts.tv_nsec = ns % 1000000000L;
-    pthread_cond_timedwait(&st->changed, &st->lock, &ts);
-}
-
 int is_commit_name(const char *name)
 {
-    size_t n = strlen(name);
-    return n >= 9 && strcmp(name + n - 9, ".metadata") == 0;
+    return wfile_is_commit_name(name);
 }
 
-int is_hold_name(const char *name)
-{
-    size_t n = strlen(name);
-    return n > 4 && strcmp(name + n - 4, ".tmp") == 0;
-}
-
-int path_below(const char *path, const char *dir)
-{
-    size_t n = strlen(dir);
-    return n == 0 || (strncmp(path, dir, n) == 0 && (path[n] == '/' || path[n] == '\0'));
-}
-
-/* ---- the table --------------------------------------------------------- */
-
-static size_t bucket_of(const char *path)
-{
-    return str_hash(path, strlen(path)) % STAGE_BUCKETS;
-}
-
-struct wfile *stage_find_locked(struct stage *st, const char *path)
-{
-    for (struct wfile *wf = st->table[bucket_of(path)]; wf; wf = wf->hnext)
-        if (strcmp(wf->path, path) == 0)
-            return wf;
-    return NULL;
-}
-
-void table_insert(struct stage *st, struct wfile *wf)
-{
-    size_t b = bucket_of(wf->path);
-    wf->hnext = st->table[b];
-    st->table[b] = wf;
-}
-
-void table_remove(struct stage *st, struct wfile *wf)
-{
-    for (struct wfile **pp = &st->table[bucket_of(wf->path)]; *pp; pp = &(*pp)->hnext) {
-        if (*pp == wf) {
-            *pp = wf->hnext;
-            wf->hnext = NULL;
-            return;
-        }
-    }
-}
-
-/* ---- wfile life -------------------------------------------------------- */
-
-void wfile_ref(struct wfile *wf)
-{
-    assert(wf->refs >= 0);
-    wf->refs++;
-}
-
-int wfile_clean(const struct wfile *wf)
-{
-    return wf->synced_version == wf->version;
-}
-
-int wfile_parts_reserve(struct wfile *wf, uint32_t count)
-{
-    if (count <= wf->nparts)
-        return 0;
-    uint32_t cap = wf->nparts ? wf->nparts : 16;
-    while (cap < count)
-        cap *= 2;
-    struct wpart *p = realloc(wf->parts, cap * sizeof *p);
-    if (!p)
-        return -ENOMEM;
-    memset(p + wf->nparts, 0, (cap - wf->nparts) * sizeof *p);
-    wf->parts = p;
-    wf->nparts = cap;
-    return 0;
-}
-
-void staging_name(uint64_t id, char name[32])
-{
-    snprintf(name, 32, "%016" PRIx64, id);
-}
-
-void wfile_free(struct wfile *wf)
-{
-    if (wf->fd >= 0)
-        close(wf->fd);
-    extents_free(&wf->written);
-    for (size_t i = 0; i < wf->nneeds; i++)
-        free(wf->needs[i].name);
-    free(wf->needs);
-    free(wf->parts);
-    free(wf->upload_key);
-    free(wf->upload_id);
-    free(wf->path);
-    free(wf);
-}
-
-/* Remove wf for good (lock held on entry and exit; unlocks in between). */
-static void wfile_drop(struct stage *st, struct wfile *wf)
-{
-    assert(wf->refs == 0 && wf->jobs == 0);
-    if (!wf->unlinked)
-        table_remove(st, wf);
-    if (wf->prev)
-        wf->prev->next = wf->next;
-    else
-        st->files = wf->next;
-    if (wf->next)
-        wf->next->prev = wf->prev;
-    assert(st->staged_bytes >= wf->size);
-    st->staged_bytes -= wf->size;
-    pthread_mutex_unlock(&st->lock);
-    if (wf->journaled && journal_del(st->journal, wf->id) < 0)
-        log_warn("stage: cannot remove the journal record of %s", wf->path);
-    char name[32];
-    staging_name(wf->id, name);
-    if (unlinkat(st->files_dirfd, name, 0) < 0 && errno != ENOENT)
-        log_warn("stage: cannot remove staging file %s: %s", name, strerror(errno));
-    wfile_free(wf);
-    pthread_mutex_lock(&st->lock);
-    pthread_cond_broadcast(&st->changed);
-}
-
-void wfile_unref(struct stage *st, struct wfile *wf)
-{
-    assert(wf->refs > 0);
-    if (--wf->refs > 0)
-        return;
-    if (wf->unlinked || (wfile_clean(wf) && !st->stopping))
-        wfile_drop(st, wf);
-}
+/* ---- new files --------------------------------------------------------- */
 
 /* A fresh wfile at path with a staging file of its own (lock held; unlocks
  * to allocate the id). Returned with one reference, not yet in the table. */
-static int wfile_new(struct stage *st, const char *path, struct wfile **out)
+static int new_staged_file(struct stage *st, const char *path, struct wfile **out)
 {
     uint64_t id;
     pthread_mutex_unlock(&st->lock);
@@ -216,159 +64,44 @@ static int wfile_new(struct stage *st, const char *path, struct wfile **out)
     pthread_mutex_lock(&st->lock);
     if (rc < 0)
         return rc;
-    struct wfile *wf = calloc(1, sizeof *wf);
-    if (!wf || !(wf->path = strdup(path))) {
-        free(wf);
+    struct wfile *wf = wfile_alloc(path);
+    if (!wf)
         return -ENOMEM;
-    }
     char name[32];
-    staging_name(id, name);
+    wfile_staging_name(id, name);
     wf->fd = openat(st->files_dirfd, name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (wf->fd < 0) {
         rc = -errno;
         log_error("stage: cannot create a staging file in %s: %s", st->files_dir, strerror(-rc));
-        free(wf->path);
-        free(wf);
+        wfile_free(wf);
         return rc;
     }
     wf->id = id;
     /* A hint for recovery, should a crash come before the journal names it. */
-    fsetxattr(wf->fd, STAGE_PATH_XATTR, path, strlen(path), 0);
-    extents_init(&wf->written);
-    wf->refs = 1;
+    fsetxattr(wf->fd, WFILE_PATH_XATTR, path, strlen(path), 0);
     wf->version = 1; /* even an empty new file differs from "nothing on the store" */
     wf->mtime_ns = wall_ns();
-    wf->is_commit = is_commit_name(path_base(path));
-    wf->held = is_hold_name(path_base(path));
+    wf->is_commit = wfile_is_commit_name(path_base(path));
+    wf->held = wfile_is_hold_name(path_base(path));
     *out = wf;
     return 0;
 }
 
+/* Remove the staging file of a new wfile that never entered the table, and
+ * free it (no lock needed: nobody else knows it). */
+static void forget_new_file(struct stage *st, struct wfile *wf)
+{
+    char name[32];
+    wfile_staging_name(wf->id, name);
+    unlinkat(st->files_dirfd, name, 0);
+    wfile_free(wf);
+}
+
 /* Put a new wfile into the table and the list (lock held). */
-static void wfile_link(struct stage *st, struct wfile *wf)
+static void link_new_file(struct stage *st, struct wfile *wf)
 {
-    table_insert(st, wf);
-    wf->next = st->files;
-    if (wf->next)
-        wf->next->prev = wf;
-    st->files = wf;
-    st->staged_bytes += wf->size;
+    wfile_link(st, wf);
     st->stats.files_staged++;
-}
-
-struct wfile **collect(struct stage *st, int (*pick)(const struct wfile *, const void *),
-                       const void *arg, size_t *n)
-{
-    size_t count = 0;
-    for (struct wfile *wf = st->files; wf; wf = wf->next)
-        count += pick(wf, arg) != 0;
-    *n = 0;
-    struct wfile **v = count ? malloc(count * sizeof *v) : NULL;
-    for (struct wfile *wf = st->files; v && wf; wf = wf->next) {
-        if (pick(wf, arg)) {
-            wfile_ref(wf);
-            v[(*n)++] = wf;
-        }
-    }
-    return v;
-}
-
-void release_all(struct stage *st, struct wfile **v, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        wfile_unref(st, v[i]);
-    free(v);
-}
-
-/* ---- the journal ------------------------------------------------------- */
-
-struct jsnap {
-    struct journal_rec rec;
-    struct journal_part *parts;
-    char *path, *upload_key, *upload_id;
-};
-
-static struct jsnap *snapshot(struct stage *st, struct wfile *wf)
-{
-    struct jsnap *s = calloc(1, sizeof *s);
-    if (!s)
-        return NULL;
-    s->path = strdup(wf->path);
-    s->upload_key = strdup(wf->upload_key ? wf->upload_key : "");
-    s->upload_id = strdup(wf->upload_id ? wf->upload_id : "");
-    int sealed = wf->seal_version == wf->version;
-    uint32_t n = 0;
-    if (sealed && wf->mpu == MPU_ACTIVE) {
-        uint32_t count = parts_count(st->cfg.part_size, wf->size);
-        s->parts = calloc(count ? count : 1, sizeof *s->parts);
-        for (uint32_t i = 0; s->parts && i < count && i < wf->nparts; i++) {
-            const struct wpart *p = &wf->parts[i];
-            uint64_t off = parts_offset(st->cfg.part_size, i + 1);
-            uint64_t len = parts_size(st->cfg.part_size, i + 1);
-            if (off + len > wf->size)
-                len = wf->size - off;
-            if (p->uploaded && p->up_gen == p->gen && p->up_len == len) {
-                s->parts[n] = (struct journal_part){.number = i + 1, .offset = off, .length = len};
-                memcpy(s->parts[n].etag, p->etag, STORE_ETAG_MAX);
-                n++;
-            }
-        }
-    }
-    if (!s->path || !s->upload_key || !s->upload_id ||
-        (sealed && wf->mpu == MPU_ACTIVE && !s->parts)) {
-        free(s->path);
-        free(s->upload_key);
-        free(s->upload_id);
-        free(s->parts);
-        free(s);
-        return NULL;
-    }
-    uint32_t flags = 0;
-    if (wf->discard)
-        flags |= JOURNAL_DISCARD;
-    else if (sealed)
-        flags |= JOURNAL_SEALED | (wf->durable_version == wf->version ? JOURNAL_DURABLE : 0);
-    s->rec = (struct journal_rec){.id = wf->id,
-                                  .seq = ++wf->jseq,
-                                  .flags = flags,
-                                  .size = wf->size,
-                                  .boot_id = st->boot_id,
-                                  .store = st->store_name,
-                                  .path = s->path,
-                                  .upload_key = s->upload_key,
-                                  .upload_id = s->upload_id,
-                                  .nparts = n,
-                                  .parts = s->parts};
-    wf->journaled = 1;
-    if (flags & JOURNAL_SEALED) /* cleared only once a record saying otherwise is written */
-        wf->sealed_in_journal = 1;
-    wf->journaled_at = mono_seconds();
-    return s;
-}
-
-int wfile_journal(struct stage *st, struct wfile *wf)
-{
-    assert(wf->refs > 0);
-    struct jsnap *s = snapshot(st, wf);
-    pthread_mutex_unlock(&st->lock);
-    int rc = s ? journal_put(st->journal, &s->rec) : -ENOMEM;
-    if (rc < 0)
-        log_error("stage: cannot journal %s: %s (a crash now could lose track of it)",
-                  s ? s->path : "a staged file", strerror(-rc));
-    pthread_mutex_lock(&st->lock);
-    /* The record stops saying "sealed" when it is on disk, not before: a
-     * second writer meanwhile still sees the flag and waits for its own
-     * record, instead of changing bytes the journal calls sealed. */
-    if (rc == 0 && !(s->rec.flags & JOURNAL_SEALED) && wf->jseq == s->rec.seq)
-        wf->sealed_in_journal = 0;
-    if (s) {
-        free(s->path);
-        free(s->upload_key);
-        free(s->upload_id);
-        free(s->parts);
-        free(s);
-    }
-    return rc;
 }
 
 /* ---- seals ------------------------------------------------------------- */
@@ -383,7 +116,9 @@ static void seal_unrecorded(struct stage *st, struct wfile *wf)
     upload_kick(st, wf);
 }
 
-void seal(struct stage *st, struct wfile *wf)
+/* The writer has published the current content: record the seal and start
+ * its upload (lock held, ref held). */
+static void seal(struct stage *st, struct wfile *wf)
 {
     if (wf->seal_version == wf->version && wf->sealed_in_journal)
         return;
@@ -401,12 +136,12 @@ static int wait_published(struct stage *st, struct wfile *wf, uint64_t v, const 
     wf->retry_at = 0; /* someone waits: retry a failed upload now */
     commit_retry(wf); /* ... and a commit that timed out */
     upload_kick(st, wf);
-    stage_waiter_enter(st);
+    wfile_waiter_enter(st);
     int rc = 0;
     while (!(wf->synced_version >= v && !wf->unlinked)) {
         if (wf->unlinked)
             break; /* removed meanwhile: nothing left to wait for */
-        if ((wf->commit == COMMIT_BLOCKED && wf->commit_version == wf->version) ||
+        if ((wf->commit == WFILE_COMMIT_BLOCKED && wf->commit_version == wf->version) ||
             (wf->attempts > attempts && wf->error) || st->stopping) {
             rc = -EIO;
             break;
@@ -416,9 +151,9 @@ static int wait_published(struct stage *st, struct wfile *wf, uint64_t v, const 
             logged = now;
             log_info("%s: %s waits for its upload (%.0f s)", why, wf->path, now - start);
         }
-        stage_wait(st, 1.0);
+        wfile_wait(st, 1.0);
     }
-    stage_waiter_leave(st);
+    wfile_waiter_leave(st);
     return rc;
 }
 
@@ -427,7 +162,7 @@ static int wait_published(struct stage *st, struct wfile *wf, uint64_t v, const 
 struct wfile *stage_get(struct stage *st, const char *path)
 {
     pthread_mutex_lock(&st->lock);
-    struct wfile *wf = stage_find_locked(st, path);
+    struct wfile *wf = wfile_find(st, path);
     if (wf)
         wfile_ref(wf);
     pthread_mutex_unlock(&st->lock);
@@ -447,11 +182,12 @@ void stage_put(struct stage *st, struct wfile *wf)
  * is dropped once unreferenced. */
 static void unlink_locked(struct stage *st, struct wfile *wf)
 {
-    table_remove(st, wf);
+    wfile_table_remove(st, wf);
     wf->unlinked = 1;
     wf->discard = 1;
     wfile_ref(wf);
-    if (wf->journaled || wf->mpu != MPU_NONE) /* a record to take back, or an upload to abort */
+    if (wf->journaled ||
+        wf->mpu != WFILE_MPU_NONE) /* a record to take back, or an upload to abort */
         wfile_journal(st, wf);
     upload_cancel(st, wf);
     wfile_unref(st, wf);
@@ -462,14 +198,14 @@ int stage_create(struct stage *st, const char *path, struct wfile **out)
 {
     pthread_mutex_lock(&st->lock);
     struct wfile *wf;
-    int rc = wfile_new(st, path, &wf);
+    int rc = new_staged_file(st, path, &wf);
     if (rc == 0) {
-        struct wfile *old = stage_find_locked(st, path);
+        struct wfile *old = wfile_find(st, path);
         if (old)
             unlink_locked(st, old);
         /* No journal record yet: what is not sealed is not published after a
          * crash anyway, and recovery keeps unrecorded staging files. */
-        wfile_link(st, wf);
+        link_new_file(st, wf);
         *out = wf;
     }
     pthread_mutex_unlock(&st->lock);
@@ -507,14 +243,14 @@ int stage_adopt(struct stage *st, const char *path, const char *etag, uint64_t s
     if (keep > size)
         keep = size;
     pthread_mutex_lock(&st->lock);
-    struct wfile *wf = stage_find_locked(st, path);
+    struct wfile *wf = wfile_find(st, path);
     if (wf) { /* staged meanwhile by another opener */
         wfile_ref(wf);
         pthread_mutex_unlock(&st->lock);
         *out = wf;
         return 0;
     }
-    int rc = wfile_new(st, path, &wf);
+    int rc = new_staged_file(st, path, &wf);
     pthread_mutex_unlock(&st->lock);
     if (rc < 0)
         return rc;
@@ -522,21 +258,15 @@ int stage_adopt(struct stage *st, const char *path, const char *etag, uint64_t s
     if (rc == 0 && ftruncate(wf->fd, (off_t)keep) < 0)
         rc = -errno;
     if (rc < 0) {
-        char name[32];
-        staging_name(wf->id, name);
-        unlinkat(st->files_dirfd, name, 0);
-        wfile_free(wf);
+        forget_new_file(st, wf);
         return rc;
     }
     pthread_mutex_lock(&st->lock);
-    struct wfile *raced = stage_find_locked(st, path);
+    struct wfile *raced = wfile_find(st, path);
     if (raced) { /* another opener adopted it first: use theirs */
         wfile_ref(raced);
         pthread_mutex_unlock(&st->lock);
-        char name[32];
-        staging_name(wf->id, name);
-        unlinkat(st->files_dirfd, name, 0);
-        wfile_free(wf);
+        forget_new_file(st, wf);
         *out = raced;
         return 0;
     }
@@ -549,7 +279,7 @@ int stage_adopt(struct stage *st, const char *path, const char *etag, uint64_t s
     /* Unchanged so far: the store has this content already. */
     wf->synced_version = keep == size ? wf->version : 0;
     wf->seal_version = wf->version;
-    wfile_link(st, wf);
+    link_new_file(st, wf);
     pthread_mutex_unlock(&st->lock);
     *out = wf;
     return 0;
@@ -595,7 +325,7 @@ static int wait_for_room(struct stage *st, uint64_t grow)
         return 0;
     double logged = 0;
     int rc = 0;
-    stage_waiter_enter(st);
+    wfile_waiter_enter(st);
     while (st->staged_bytes + grow > st->cfg.budget) {
         if (!uploads_can_drain(st)) {
             rc = -ENOSPC;
@@ -610,9 +340,9 @@ static int wait_for_room(struct stage *st, uint64_t grow)
                      " MiB): writes wait for uploads to finish",
                      st->staged_bytes >> 20, st->cfg.budget >> 20);
         }
-        stage_wait(st, 1.0);
+        wfile_wait(st, 1.0);
     }
-    stage_waiter_leave(st);
+    wfile_waiter_leave(st);
     return rc;
 }
 
@@ -638,9 +368,9 @@ static ssize_t write_staging(struct stage *st, struct wfile *wf, const void *buf
             if (!waited++)
                 log_warn("stage: the staging disk (%s) is full: writes wait for uploads",
                          st->files_dir);
-            stage_waiter_enter(st);
-            stage_wait(st, 1.0);
-            stage_waiter_leave(st);
+            wfile_waiter_enter(st);
+            wfile_wait(st, 1.0);
+            wfile_waiter_leave(st);
         }
         pthread_mutex_unlock(&st->lock);
         if (!can)
@@ -721,26 +451,6 @@ int stage_write_begin(struct stage *st, struct wfile *wf, uint64_t off, size_t l
     return wf->fd;
 }
 
-/* Count n bytes written now into the write windows (lock held). */
-static void note_write(struct stage *st, uint64_t n)
-{
-    double now = mono_seconds();
-    if (now - st->write_window_at >= WRITE_WINDOW) {
-        st->write_previous = now - st->write_window_at < 2 * WRITE_WINDOW ? st->write_window : 0;
-        st->write_window = 0;
-        st->write_window_at = now;
-    }
-    st->write_window += n;
-}
-
-uint64_t stage_recent_writes(struct stage *st, double now)
-{
-    double age = now - st->write_window_at;
-    if (age < WRITE_WINDOW)
-        return st->write_previous + st->write_window;
-    return age < 2 * WRITE_WINDOW ? st->write_window : 0;
-}
-
 void stage_write_end(struct stage *st, struct wfile *wf, uint64_t off, size_t len, ssize_t written)
 {
     uint64_t base = st->cfg.part_size;
@@ -756,7 +466,7 @@ void stage_write_end(struct stage *st, struct wfile *wf, uint64_t off, size_t le
     wf->mtime_ns = wall_ns();
     if (written > 0) {
         st->stats.write_bytes += (uint64_t)written;
-        note_write(st, (uint64_t)written);
+        wfile_note_write(st, (uint64_t)written);
         writeback_note(st, wf, written);
     }
     upload_kick(st, wf);
@@ -903,7 +613,7 @@ static void wait_jobs(struct stage *st, struct wfile *wf)
 int stage_rename(struct stage *st, const char *from, const char *to)
 {
     pthread_mutex_lock(&st->lock);
-    struct wfile *wf = stage_find_locked(st, from);
+    struct wfile *wf = wfile_find(st, from);
     if (!wf) {
         pthread_mutex_unlock(&st->lock);
         return -ENOENT;
@@ -918,15 +628,15 @@ int stage_rename(struct stage *st, const char *from, const char *to)
         return -ENOMEM;
     }
     wfile_ref(wf);
-    struct wfile *old = stage_find_locked(st, to);
+    struct wfile *old = wfile_find(st, to);
     if (old)
         unlink_locked(st, old);
-    table_remove(st, wf);
+    wfile_table_remove(st, wf);
     free(wf->path);
     wf->path = name;
-    table_insert(st, wf);
+    wfile_table_insert(st, wf);
     int was_fsynced_held = wf->fsynced_held;
-    wf->held = is_hold_name(path_base(to)) && !st->draining;
+    wf->held = wfile_is_hold_name(path_base(to)) && !st->draining;
     wf->fsynced_held = wf->held && was_fsynced_held;
     wf->is_commit = is_commit_name(path_base(to));
     commit_reset(wf);
@@ -948,7 +658,7 @@ int stage_rename(struct stage *st, const char *from, const char *to)
 int stage_unlink(struct stage *st, const char *path)
 {
     pthread_mutex_lock(&st->lock);
-    struct wfile *wf = stage_find_locked(st, path);
+    struct wfile *wf = wfile_find(st, path);
     if (wf) {
         wfile_ref(wf);
         unlink_locked(st, wf);
@@ -964,7 +674,87 @@ int stage_busy_below(struct stage *st, const char *dir)
     pthread_mutex_lock(&st->lock);
     int busy = 0;
     for (struct wfile *wf = st->files; wf && !busy; wf = wf->next)
-        busy = !wf->unlinked && path_below(wf->path, dir);
+        busy = !wf->unlinked && path_at_or_below(wf->path, dir);
     pthread_mutex_unlock(&st->lock);
     return busy;
+}
+
+/* ---- sync -------------------------------------------------------------- */
+
+struct sync_target {
+    struct wfile *wf;
+    uint64_t version;
+    unsigned attempts;
+};
+
+int stage_sync(struct stage *st, const char *dir)
+{
+    pthread_mutex_lock(&st->lock);
+    struct sync_target *t = NULL;
+    size_t n = 0, cap = 0;
+    int rc = 0;
+    for (struct wfile *wf = st->files; wf; wf = wf->next) {
+        if (wf->unlinked || wfile_clean(wf) || !path_at_or_below(wf->path, dir))
+            continue;
+        if (n == cap) {
+            cap = cap ? 2 * cap : 64;
+            struct sync_target *nt = realloc(t, cap * sizeof *nt);
+            if (!nt) {
+                rc = -ENOMEM;
+                break;
+            }
+            t = nt;
+        }
+        wfile_ref(wf);
+        t[n++] = (struct sync_target){wf, wf->version, wf->attempts};
+    }
+    for (size_t i = 0; i < n; i++) {
+        struct wfile *wf = t[i].wf;
+        wf->held = 0;
+        wf->retry_at = 0;
+        if (wf->version != wf->seal_version)
+            seal(st, wf);
+        commit_retry(wf); /* "retried on the next sync" */
+        upload_kick(st, wf);
+    }
+    wfile_waiter_enter(st);
+    double start = mono_seconds(), logged = start;
+    for (;;) {
+        size_t left = 0, failed = 0;
+        uint64_t bytes = 0;
+        for (size_t i = 0; i < n; i++) {
+            struct wfile *wf = t[i].wf;
+            if (wf->unlinked || wf->synced_version >= t[i].version)
+                continue;
+            if ((wf->attempts > t[i].attempts && wf->error) ||
+                (wf->commit == WFILE_COMMIT_BLOCKED && wf->commit_version == wf->version)) {
+                failed++;
+                continue;
+            }
+            left++;
+            bytes += wf->size;
+        }
+        if (left == 0 && (!st->sweep_at || st->stopping)) { /* and recovery's sweep done */
+            if (failed)
+                rc = -EIO;
+            break;
+        }
+        if (st->stopping) {
+            rc = -EIO;
+            break;
+        }
+        double now = mono_seconds();
+        if (left && now - logged >= 2) {
+            logged = now;
+            log_info("sync: %zu file%s (%.1f MiB) left to upload after %.0f s", left,
+                     left == 1 ? "" : "s", (double)bytes / (1 << 20), now - start);
+        }
+        wfile_wait(st, 1.0);
+    }
+    wfile_waiter_leave(st);
+    for (size_t i = 0; i < n; i++)
+        wfile_unref(st, t[i].wf);
+    pthread_mutex_unlock(&st->lock);
+    free(t);
+    return rc;
 }

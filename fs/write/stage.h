@@ -14,6 +14,55 @@
  *
  * Paths are store paths ("dir/file", no leading slash). Functions return 0
  * (or a count) or a negative errno. Thread-safe.
+ *
+ * ---- How fs/write is built ----
+ *
+ * Every file calls only the ones below it; none calls up, so no two files
+ * call each other, directly or around a loop:
+ *   top     stage.c (the client calls), stage_life.c (open, close, the
+ *           supervisor thread), stage_names.c (the names staging adds)
+ *   middle  upload.c (upload.h), which calls commit.c (commit.h) and
+ *           recover.c (recover.h); writeback.c (writeback.h)
+ *   bottom  wfile.c (wfile.h: the records, the table by path, references,
+ *           a file's journal record, waits), journal.c, extents.c, parts.c
+ * What a lower module must tell an upper one goes through a callback set by
+ * the caller: a commit file found ready (commit_check_all's `ready`, which
+ * the supervisor sets to upload_kick), a file published (cfg.on_publish).
+ *
+ * ---- The life of a staged file (its fields are in wfile.h) ----
+ *
+ * The stage module (stage.c, stage_life.c, stage_names.c) owns the state
+ * machine: it starts every change of state a client or the mount's life
+ * asks for, and the middle layer makes the others, each in its own field:
+ *
+ *  state       holds while                      entered by (module: how)
+ *  ----------  -------------------------------  -------------------------------------------------
+ *  written     version != seal_version          stage: create, a write, a truncate
+ *  sealed      seal_version == version          stage: the last writer's close, flush, fsync,
+ *                                               truncate(2) of a closed file, sync; adopt (the
+ *                                               store's bytes); recover: restage after a crash
+ *  held        sealed, named *.tmp, not sent    stage: create or rename to *.tmp; ends by a
+ *                                               rename, sync, unmount (stage), or hold_seconds
+ *                                               after the seal (upload: upload_timers)
+ *  waiting     a sealed commit file whose files commit: commit_allows (asked by upload); back to
+ *              are not all on the store yet     none by commit_reset (stage: a new seal, rename)
+ *  ready       ... they are: it may go          commit: commit_check_all (ready -> upload_kick)
+ *  blocked     ... waited --commit-timeout      commit: commit_check_all; waits again after
+ *                                               commit_retry (stage: fsync, close, sync)
+ *  uploading   a PUT, or mpu beginning, active  upload: upload_kick and the answers of its jobs
+ *              or completing (parts of a large  (a failure waits for upload_timers' retry);
+ *              file stream while it is written) stage: upload_cancel for an unlinked file
+ *  durable     durable_version == version       stage: fsync in staged mode or of a held file
+ *                                               (fdatasync, then a journal record saying so)
+ *  clean       synced_version == version: on    upload: landed; unclean again after a write,
+ *              the store under its current name a truncate or a rename (stage, stage_names)
+ *  unlinked    out of the table; the journal    stage: unlink, or a create or rename over it;
+ *              record says discard              its multipart upload is aborted (upload)
+ *  dropped     gone (staging file and record)   wfile: the last wfile_unref of a clean or
+ *                                               unlinked file
+ *  recovered   after a crash, at open           recover: recover_journal restages a trusted
+ *                                               sealed record (stage_open starts its upload),
+ *                                               moves the rest to recovered/, drops discards
  */
 #ifndef CKPTFS_STAGE_H
 #define CKPTFS_STAGE_H

@@ -1,17 +1,26 @@
 /*
- * fs/write/stage_life.c - the staging area's life: opening it (the directory lock,
- * the journal, recovery of what a previous mount left, the upload workers
- * and the supervisor thread that runs retry and hold timers and commit
- * checks), sync (publish everything below a directory and wait), the
+ * fs/write/stage_life.c - the staging area's life (part of the top of
+ * fs/write, with stage.c): opening it (the directory lock, the journal,
+ * recovery of what a previous mount left, then the uploads of what it
+ * restaged, the upload workers and the supervisor thread that runs retry
+ * and hold timers, commit checks and recovery's second sweep), the
  * statistics, and unmount (publish and wait while uploads progress, then
- * stop).
+ * stop). Calls downward only: upload.c, commit.c, recover.c, writeback.c,
+ * the records (wfile.h) and the journal.
  */
 #include "stage.h"
 
+#include "clock.h"
+#include "commit.h"
 #include "cpu_pressure.h"
+#include "journal.h"
 #include "log.h"
+#include "recover.h"
 #include "strutil.h"
+#include "upload.h"
 #include "wfile.h"
+#include "workq.h"
+#include "writeback.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -25,91 +34,13 @@
 #include <time.h>
 #include <unistd.h>
 
-/* ---- sync -------------------------------------------------------------- */
-
-struct sync_target {
-    struct wfile *wf;
-    uint64_t version;
-    unsigned attempts;
-};
-
-int stage_sync(struct stage *st, const char *dir)
-{
-    pthread_mutex_lock(&st->lock);
-    struct sync_target *t = NULL;
-    size_t n = 0, cap = 0;
-    int rc = 0;
-    for (struct wfile *wf = st->files; wf; wf = wf->next) {
-        if (wf->unlinked || wfile_clean(wf) || !path_below(wf->path, dir))
-            continue;
-        if (n == cap) {
-            cap = cap ? 2 * cap : 64;
-            struct sync_target *nt = realloc(t, cap * sizeof *nt);
-            if (!nt) {
-                rc = -ENOMEM;
-                break;
-            }
-            t = nt;
-        }
-        wfile_ref(wf);
-        t[n++] = (struct sync_target){wf, wf->version, wf->attempts};
-    }
-    for (size_t i = 0; i < n; i++) {
-        struct wfile *wf = t[i].wf;
-        wf->held = 0;
-        wf->retry_at = 0;
-        if (wf->version != wf->seal_version)
-            seal(st, wf);
-        commit_retry(wf); /* "retried on the next sync" */
-        upload_kick(st, wf);
-    }
-    stage_waiter_enter(st);
-    double start = mono_seconds(), logged = start;
-    for (;;) {
-        size_t left = 0, failed = 0;
-        uint64_t bytes = 0;
-        for (size_t i = 0; i < n; i++) {
-            struct wfile *wf = t[i].wf;
-            if (wf->unlinked || wf->synced_version >= t[i].version)
-                continue;
-            if ((wf->attempts > t[i].attempts && wf->error) ||
-                (wf->commit == COMMIT_BLOCKED && wf->commit_version == wf->version)) {
-                failed++;
-                continue;
-            }
-            left++;
-            bytes += wf->size;
-        }
-        if (left == 0 && (!st->sweep_at || st->stopping)) { /* and recovery's sweep done */
-            if (failed)
-                rc = -EIO;
-            break;
-        }
-        if (st->stopping) {
-            rc = -EIO;
-            break;
-        }
-        double now = mono_seconds();
-        if (left && now - logged >= 2) {
-            logged = now;
-            log_info("sync: %zu file%s (%.1f MiB) left to upload after %.0f s", left,
-                     left == 1 ? "" : "s", (double)bytes / (1 << 20), now - start);
-        }
-        stage_wait(st, 1.0);
-    }
-    stage_waiter_leave(st);
-    for (size_t i = 0; i < n; i++)
-        wfile_unref(st, t[i].wf);
-    pthread_mutex_unlock(&st->lock);
-    free(t);
-    return rc;
-}
+/* ---- recovery's second sweep, statistics -------------------------------- */
 
 void stage_wait_sweep(struct stage *st, const char *key)
 {
     pthread_mutex_lock(&st->lock);
     while (!st->stopping && recover_sweep_pending(st, key)) {
-        stage_wait(st, 1.0);
+        wfile_wait(st, 1.0);
     }
     pthread_mutex_unlock(&st->lock);
 }
@@ -141,7 +72,7 @@ static void *supervisor_main(void *arg)
         double t = upload_timers(st);
         if (t > 0 && t < next)
             next = t;
-        t = commit_check_all(st);
+        t = commit_check_all(st, upload_kick); /* a commit file found ready goes at once */
         if (t > 0 && t < next)
             next = t;
         t = recover_sweep_again(st);
@@ -151,13 +82,25 @@ static void *supervisor_main(void *arg)
             break;
         double wait = next - mono_seconds();
         if (wait > 0)
-            stage_wait(st, wait);
+            wfile_wait(st, wait);
     }
     pthread_mutex_unlock(&st->lock);
     return NULL;
 }
 
 /* ---- open and close ---------------------------------------------------- */
+
+/* Start the upload of every staged file (lock not held): at open, what
+ * recovery restaged, once every record's stray uploads are swept (a later
+ * record naming the same key, a file renamed away from it or a discarded
+ * one, would abort an upload begun before its sweep). */
+static void kick_all(struct stage *st)
+{
+    pthread_mutex_lock(&st->lock);
+    for (struct wfile *wf = st->files; wf; wf = wf->next)
+        upload_kick(st, wf);
+    pthread_mutex_unlock(&st->lock);
+}
 
 static double psi_share(void *arg, double now)
 {
@@ -275,6 +218,7 @@ int stage_open(struct store *store, const char *store_name, const struct stage_c
         snprintf(err, errlen, "cannot start upload workers: %s", strerror(-rc));
     if (rc == 0) {
         recover_journal(st);
+        kick_all(st);
         rc = -pthread_create(&st->supervisor, NULL, supervisor_main, st);
         if (rc < 0)
             snprintf(err, errlen, "cannot start the upload supervisor: %s", strerror(-rc));
@@ -315,14 +259,14 @@ static void drain(struct stage *st)
     pthread_mutex_lock(&st->lock);
     st->draining = 1;
     size_t n;
-    struct wfile **all = collect(st, pick_any, NULL, &n);
+    struct wfile **all = wfile_collect(st, pick_any, NULL, &n);
     for (size_t i = 0; i < n; i++) { /* temporaries go now; nothing is sealed here */
         struct wfile *wf = all[i];
         wf->held = 0;
         wf->retry_at = 0;
         upload_kick(st, wf);
     }
-    release_all(st, all, n);
+    wfile_release_all(st, all, n);
     double start = mono_seconds(), logged = start;
     while (!st->stopping) {
         size_t left = 0, stuck = 0, unsealed = 0;
@@ -334,7 +278,8 @@ static void drain(struct stage *st)
                 unsealed++; /* its writer never closed it: not ours to publish */
                 continue;
             }
-            if (!wf->unlinked && wf->jobs == 0 && (wf->error || wf->commit == COMMIT_BLOCKED)) {
+            if (!wf->unlinked && wf->jobs == 0 &&
+                (wf->error || wf->commit == WFILE_COMMIT_BLOCKED)) {
                 stuck++;
                 continue;
             }
@@ -348,7 +293,7 @@ static void drain(struct stage *st)
                 log_info("unmount: waiting for recovery's second sweep of %zu key%s (%.0f s)",
                          st->nsweep_keys, st->nsweep_keys == 1 ? "" : "s", now - start);
             }
-            stage_wait(st, 1.0);
+            wfile_wait(st, 1.0);
             continue;
         }
         if (left == 0) {
@@ -368,7 +313,7 @@ static void drain(struct stage *st)
                      "SIGTERM again to leave them staged for the next mount)",
                      left, left == 1 ? "" : "s", (double)bytes / (1 << 20), now - start);
         }
-        stage_wait(st, 1.0);
+        wfile_wait(st, 1.0);
     }
     pthread_mutex_unlock(&st->lock);
 }
@@ -398,7 +343,7 @@ void stage_close(struct stage *st)
             journal_del(st->journal, wf->id);
         if (wfile_clean(wf) && !wf->unlinked) {
             char name[32];
-            staging_name(wf->id, name);
+            wfile_staging_name(wf->id, name);
             unlinkat(st->files_dirfd, name, 0);
         }
         wfile_free(wf);

@@ -2,10 +2,13 @@
  * fs/write/stage_names.c - the names staging adds to the store's namespace: staged
  * files and the directories that hold them (stage_stat, stage_list,
  * stage_has_entry), and renames of directories with staged files below.
+ * Part of the top of fs/write (stage.h): calls the records (wfile.h) and
+ * upload.c only.
  */
 #include "stage.h"
 
 #include "strutil.h"
+#include "upload.h"
 #include "wfile.h"
 
 #include <errno.h>
@@ -17,7 +20,7 @@
 
 static int pick_below(const struct wfile *wf, const void *dir)
 {
-    return !wf->unlinked && path_below(wf->path, dir);
+    return !wf->unlinked && path_at_or_below(wf->path, dir);
 }
 
 int stage_rename_dir(struct stage *st, const char *from, const char *to)
@@ -26,7 +29,7 @@ int stage_rename_dir(struct stage *st, const char *from, const char *to)
     pthread_mutex_lock(&st->lock);
     int rc = 0;
     size_t n = 0;
-    struct wfile **below = collect(st, pick_below, from, &n);
+    struct wfile **below = wfile_collect(st, pick_below, from, &n);
     for (size_t i = 0; i < n && rc == 0; i++) {
         struct wfile *wf = below[i];
         char *np = str_printf("%s%s", to, wf->path + fl);
@@ -34,15 +37,15 @@ int stage_rename_dir(struct stage *st, const char *from, const char *to)
             rc = -ENOMEM;
             break;
         }
-        table_remove(st, wf);
+        wfile_table_remove(st, wf);
         free(wf->path);
         wf->path = np;
-        table_insert(st, wf);
+        wfile_table_insert(st, wf);
         wf->synced_version = 0;
         wfile_journal(st, wf);
         upload_kick(st, wf);
     }
-    release_all(st, below, n);
+    wfile_release_all(st, below, n);
     pthread_mutex_unlock(&st->lock);
     return rc;
 }
@@ -54,14 +57,14 @@ int stage_stat(struct stage *st, const char *path, struct store_stat *out)
     memset(out, 0, sizeof *out);
     pthread_mutex_lock(&st->lock);
     int found = 0;
-    struct wfile *wf = stage_find_locked(st, path);
+    struct wfile *wf = wfile_find(st, path);
     if (wf) {
         out->size = wf->size;
         out->mtime_ns = wf->mtime_ns;
         found = 1;
     } else if (*path) { /* a directory holding staged files: of the newest's time */
         for (struct wfile *w = st->files; w; w = w->next)
-            if (!w->unlinked && path_below(w->path, path)) {
+            if (!w->unlinked && path_at_or_below(w->path, path)) {
                 found = 1;
                 if (w->mtime_ns > out->mtime_ns)
                     out->mtime_ns = w->mtime_ns;

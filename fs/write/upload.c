@@ -13,14 +13,24 @@
  * the store no longer knows is started over; an upload that lands under a
  * name the file no longer has (a rename or unlink raced it) is removed. In
  * staged mode, jobs wait while the trainer writes on a contended CPU
- * (yield_to_writers).
+ * (yield_to_writers). Each kind of job is a row of job_steps: its request,
+ * and what the answer does to the file.
+ *
+ * A middle layer (stage.h): calls the records (wfile.h), the journal, the
+ * store, commit.c (may a commit file go; a file landed) and recover.c (the
+ * sweep after a lost begin); never stage.c, and nothing below calls it.
  */
+#include "upload.h"
+
 #include "clock.h"
+#include "commit.h"
 #include "cpu_pressure.h"
 #include "journal.h"
 #include "log.h"
 #include "parts.h"
+#include "recover.h"
 #include "wfile.h"
+#include "workq.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -35,7 +45,7 @@
 enum job_kind { JOB_PUT, JOB_BEGIN, JOB_PART, JOB_COMPLETE, JOB_ABORT };
 
 /* Staged mode, on a busy CPU: upload jobs wait while clients wrote at least
- * UPLOAD_YIELD_WRITES bytes in the last WRITE_WINDOW or two (a save, not a
+ * UPLOAD_YIELD_WRITES bytes in the last WFILE_WRITE_WINDOW or two (a save, not a
  * log trickle) and the CPU pressure (share of time some task waited for a
  * CPU) is at least UPLOAD_YIELD_PRESSURE; each job for at most
  * cfg.upload_yield_max seconds, so uploads never starve. */
@@ -45,8 +55,6 @@ enum job_kind { JOB_PUT, JOB_BEGIN, JOB_PART, JOB_COMPLETE, JOB_ABORT };
 /* A multipart upload whose completion failed this many times in a row (each
  * after the store client's own retries) is aborted and sent again. */
 #define COMPLETE_GIVE_UP 3
-
-static const char *job_names[] = {"PUT", "begin multipart", "part", "complete", "abort"};
 
 struct job {
     struct stage *st;
@@ -60,6 +68,7 @@ struct job {
     uint64_t part_gen;
     struct store_part *parts; /* COMPLETE */
     size_t nparts;
+    int sweep_after; /* COMPLETE: sweep the key once done (a begin's answer was lost) */
 };
 
 static void job_free(struct job *j)
@@ -71,6 +80,7 @@ static void job_free(struct job *j)
 }
 
 static void run_job(void *arg);
+static const char *job_name(enum job_kind kind);
 
 /* Queue j (lock held): the job holds a reference on its wfile. */
 static int submit(struct stage *st, struct job *j)
@@ -121,7 +131,7 @@ static void forget_parts(struct wfile *wf)
 
 static void end_mpu(struct wfile *wf)
 {
-    wf->mpu = MPU_NONE;
+    wf->mpu = WFILE_MPU_NONE;
     wf->complete_failures = 0;
     free(wf->upload_key);
     free(wf->upload_id);
@@ -141,7 +151,7 @@ static int any_part_inflight(const struct wfile *wf)
  * flight): its state is forgotten at once; the job only tells the store. */
 static void abort_mpu(struct stage *st, struct wfile *wf)
 {
-    assert(wf->mpu == MPU_ACTIVE && !any_part_inflight(wf));
+    assert(wf->mpu == WFILE_MPU_ACTIVE && !any_part_inflight(wf));
     struct job *j = job_new(wf, JOB_ABORT, wf->upload_key);
     if (j && !(j->upload_id = strdup(wf->upload_id))) {
         job_free(j);
@@ -155,35 +165,16 @@ static void abort_mpu(struct stage *st, struct wfile *wf)
 
 void upload_cancel(struct stage *st, struct wfile *wf)
 {
-    if (wf->mpu == MPU_ACTIVE && !any_part_inflight(wf))
+    if (wf->mpu == WFILE_MPU_ACTIVE && !any_part_inflight(wf))
         abort_mpu(st, wf);
     /* Otherwise a job in flight finishes first and kicks again: an unlinked
      * file's kick comes back here. */
 }
 
-/* 1 if a sealed commit file may be published now (lock held); otherwise
- * it is (still) waiting and the supervisor is woken to check it. */
-static int commit_allows(struct stage *st, struct wfile *wf)
-{
-    if (!wf->is_commit)
-        return 1;
-    if (wf->commit == COMMIT_READY && wf->commit_version == wf->version)
-        return 1;
-    if (wf->commit == COMMIT_NONE || wf->commit_version != wf->version) {
-        wf->commit = COMMIT_WAITING;
-        wf->commit_version = wf->version;
-        wf->commit_deadline = mono_seconds() + st->cfg.commit_timeout;
-        wf->commit_next_check = 0;
-        wf->commit_logged = mono_seconds();
-        pthread_cond_broadcast(&st->changed);
-    }
-    return 0;
-}
-
 static void start_part(struct stage *st, struct wfile *wf, uint32_t number, uint64_t off,
                        uint64_t len)
 {
-    struct wpart *p = &wf->parts[number - 1];
+    struct wfile_part *p = &wf->parts[number - 1];
     struct job *j = job_new(wf, JOB_PART, wf->upload_key);
     if (j && !(j->upload_id = strdup(wf->upload_id))) {
         job_free(j);
@@ -218,9 +209,9 @@ static void start_complete(struct stage *st, struct wfile *wf, uint32_t count)
     j->nparts = count;
     j->version = wf->version;
     j->size = wf->size;
-    wf->mpu = MPU_COMPLETING;
+    wf->mpu = WFILE_MPU_COMPLETING;
     if (submit(st, j) < 0)
-        wf->mpu = MPU_ACTIVE;
+        wf->mpu = WFILE_MPU_ACTIVE;
 }
 
 static void start_begin(struct stage *st, struct wfile *wf)
@@ -235,10 +226,10 @@ static void start_begin(struct stage *st, struct wfile *wf)
     }
     free(wf->upload_key);
     wf->upload_key = key;
-    wf->mpu = MPU_BEGINNING;
+    wf->mpu = WFILE_MPU_BEGINNING;
     forget_parts(wf);
     if (submit(st, j) < 0) {
-        wf->mpu = MPU_NONE;
+        wf->mpu = WFILE_MPU_NONE;
         free(wf->upload_key);
         wf->upload_key = NULL;
     }
@@ -267,7 +258,7 @@ static int send_parts(struct stage *st, struct wfile *wf, int sealed)
         return 0;
     int all_there = 1;
     for (uint32_t n = 1; n <= count; n++) {
-        struct wpart *p = &wf->parts[n - 1];
+        struct wfile_part *p = &wf->parts[n - 1];
         uint64_t off, len, full = parts_size(st->cfg.part_size, n);
         part_range(st, n, wf->size, &off, &len);
         if (p->uploaded && p->up_gen == p->gen && p->up_len == len && !p->inflight)
@@ -302,13 +293,14 @@ static int predecessor_in_flight(const struct stage *st, const struct wfile *wf)
  * held back while wf's requests were out (lock held). */
 static void kick_successor(struct stage *st, struct wfile *wf, const char *key)
 {
-    struct wfile *successor = stage_find_locked(st, key);
+    struct wfile *successor = wfile_find(st, key);
     if (successor && successor != wf)
         upload_kick(st, successor);
 }
 
 void upload_kick(struct stage *st, struct wfile *wf)
 {
+    WFILE_ASSERT_LOCKED(st);
     if (st->stopping)
         return;
     if (wf->unlinked) {
@@ -324,15 +316,15 @@ void upload_kick(struct stage *st, struct wfile *wf)
     int sealed = wf->seal_version == wf->version;
     uint64_t first = parts_size(st->cfg.part_size, 1);
 
-    if (wf->mpu == MPU_ACTIVE && strcmp(wf->upload_key, wf->path) != 0) {
+    if (wf->mpu == WFILE_MPU_ACTIVE && strcmp(wf->upload_key, wf->path) != 0) {
         if (any_part_inflight(wf))
             return; /* renamed: abort once its parts are back */
         abort_mpu(st, wf);
     }
-    if (wf->mpu == MPU_BEGINNING || wf->mpu == MPU_COMPLETING)
+    if (wf->mpu == WFILE_MPU_BEGINNING || wf->mpu == WFILE_MPU_COMPLETING)
         return;
     int may_stream = !wf->held && !wf->is_commit;
-    if (wf->mpu == MPU_NONE) {
+    if (wf->mpu == WFILE_MPU_NONE) {
         if (!sealed) {
             if (may_stream && wf->size > first && wf->nparts > 0 && !wf->parts[0].busy &&
                 extents_covers(&wf->written, 0, first))
@@ -349,7 +341,7 @@ void upload_kick(struct stage *st, struct wfile *wf)
         }
         return;
     }
-    /* MPU_ACTIVE */
+    /* WFILE_MPU_ACTIVE */
     if (!may_stream && !sealed)
         return;
     if (sealed && wf->size == 0) { /* cut to nothing after parts went: no parts to complete */
@@ -383,8 +375,8 @@ static void failed(struct stage *st, struct job *j, int rc)
     wf->attempts++;
     wf->retry_at = mono_seconds() + backoff(st, wf->attempts);
     st->stats.upload_failures++;
-    log_warn("upload: %s of %s failed: %s; staged data kept, retrying in %.0f s",
-             job_names[j->kind], j->key, strerror(-rc), wf->retry_at - mono_seconds());
+    log_warn("upload: %s of %s failed: %s; staged data kept, retrying in %.0f s", job_name(j->kind),
+             j->key, strerror(-rc), wf->retry_at - mono_seconds());
 }
 
 static void succeeded(struct wfile *wf)
@@ -428,7 +420,7 @@ static void landed(struct stage *st, struct job *j, const char *etag)
         pthread_mutex_lock(&st->lock);
         return;
     }
-    int owned = stage_find_locked(st, j->key) != NULL;
+    int owned = wfile_find(st, j->key) != NULL;
     pthread_mutex_unlock(&st->lock);
     if (!owned) {
         int rc = st->store->ops->remove(st->store, j->key);
@@ -452,7 +444,7 @@ static int uploads_yield(struct stage *st, double since)
         return 0;
     double now = mono_seconds();
     if (now - since >= st->cfg.upload_yield_max ||
-        stage_recent_writes(st, now) < UPLOAD_YIELD_WRITES)
+        wfile_recent_writes(st, now) < UPLOAD_YIELD_WRITES)
         return 0;
     /* Unknown yet (the first reading of a save, after a quiet second): wait
      * for the next window's reading rather than start uploads blind. A
@@ -471,7 +463,7 @@ static void yield_to_writers(struct stage *st)
         return;
     st->stats.upload_yields++;
     do
-        stage_wait(st, WRITE_WINDOW / 2);
+        wfile_wait(st, WFILE_WRITE_WINDOW / 2);
     while (uploads_yield(st, start));
     st->stats.upload_yield_seconds += mono_seconds() - start;
 }
@@ -501,153 +493,227 @@ static void record_orphan(struct stage *st, const char *key, const char *upload_
     pthread_mutex_lock(&st->lock);
 }
 
-static void run_job(void *arg)
-{
-    struct job *j = arg;
-    struct stage *st = j->st;
-    static _Thread_local int niced;
-    if (!niced && !st->cfg.fsync_remote) {
-        /* In staged mode the trainer waits for its writes, not for uploads:
-         * let it have the CPU first. (Within this process's scheduling group
-         * only: under autogroups or cgroups the daemon competes with the
-         * trainer as a whole, hence also yield_to_writers.) */
-        setpriority(PRIO_PROCESS, (id_t)gettid(), 19);
-        niced = 1;
-    }
-    struct wfile *wf = j->wf;
-    struct store *s = st->store;
-    char etag[STORE_ETAG_MAX] = "", upload_id[STORE_UPLOAD_ID_MAX] = "";
-    int rc = -ESHUTDOWN;
-    pthread_mutex_lock(&st->lock);
-    if (j->kind != JOB_ABORT)
-        yield_to_writers(st);
-    int stop = st->stopping;
-    if (j->kind == JOB_BEGIN && !stop) {
-        /* The journal names the key before the store hears of the upload,
-         * so a crash in between leaves a trace the next mount can clean. (A
-         * PUT needs none: recovery cleans every recorded path's leftovers,
-         * such as a local store's temporary file.) */
-        wfile_journal(st, wf);
-    }
-    pthread_mutex_unlock(&st->lock);
-    if (!stop) {
-        switch (j->kind) {
-        case JOB_PUT:
-            rc = s->ops->put(s, j->key, wf->fd, j->size, etag);
-            break;
-        case JOB_BEGIN:
-            rc = s->ops->mpu_begin(s, j->key, upload_id);
-            break;
-        case JOB_PART:
-            rc = s->ops->mpu_part(s, j->key, j->upload_id, &j->part, wf->fd);
-            break;
-        case JOB_COMPLETE:
-            rc = s->ops->mpu_complete(s, j->key, j->upload_id, j->parts, j->nparts, j->size, etag);
-            break;
-        case JOB_ABORT:
-            rc = s->ops->mpu_abort(s, j->key, j->upload_id);
-            break;
-        }
-    } else if (j->kind == JOB_ABORT) {
-        rc = s->ops->mpu_abort(s, j->key, j->upload_id); /* leave nothing behind if it is quick */
-    }
+/* ---- the jobs, kind by kind -------------------------------------------- */
 
-    pthread_mutex_lock(&st->lock);
-    int stopping = st->stopping && rc == -ESHUTDOWN;
-    if (j->kind == JOB_BEGIN && (rc > 0 || (rc < 0 && !stopping))) {
+/* What the store answered besides a status. */
+struct job_answer {
+    char etag[STORE_ETAG_MAX];           /* PUT, COMPLETE */
+    char upload_id[STORE_UPLOAD_ID_MAX]; /* BEGIN */
+};
+
+static void begin_before(struct stage *st, struct job *j)
+{
+    /* The journal names the key before the store hears of the upload,
+     * so a crash in between leaves a trace the next mount can clean. (A
+     * PUT needs none: recovery cleans every recorded path's leftovers,
+     * such as a local store's temporary file.) */
+    wfile_journal(st, j->wf);
+}
+
+static int put_send(struct store *s, struct job *j, struct job_answer *a)
+{
+    return s->ops->put(s, j->key, j->wf->fd, j->size, a->etag);
+}
+
+static int begin_send(struct store *s, struct job *j, struct job_answer *a)
+{
+    return s->ops->mpu_begin(s, j->key, a->upload_id);
+}
+
+static int part_send(struct store *s, struct job *j, struct job_answer *a)
+{
+    (void)a; /* the etag goes into j->part */
+    return s->ops->mpu_part(s, j->key, j->upload_id, &j->part, j->wf->fd);
+}
+
+static int complete_send(struct store *s, struct job *j, struct job_answer *a)
+{
+    return s->ops->mpu_complete(s, j->key, j->upload_id, j->parts, j->nparts, j->size, a->etag);
+}
+
+static int abort_send(struct store *s, struct job *j, struct job_answer *a)
+{
+    (void)a;
+    return s->ops->mpu_abort(s, j->key, j->upload_id);
+}
+
+static void put_answer(struct stage *st, struct job *j, int rc, int stopping,
+                       const struct job_answer *a)
+{
+    j->wf->parts[0].inflight = 0;
+    if (rc == 0)
+        landed(st, j, a->etag);
+    else if (!stopping)
+        failed(st, j, rc);
+}
+
+static void begin_answer(struct stage *st, struct job *j, int rc, int stopping,
+                         const struct job_answer *a)
+{
+    struct wfile *wf = j->wf;
+    if (rc > 0 || (rc < 0 && !stopping)) {
         wf->stray_begin = 1; /* a lost answer may have begun an upload nobody holds */
         if (rc > 0)
             rc = 0;
     }
-    int sweep = j->kind == JOB_COMPLETE && rc == 0 && wf->stray_begin;
-    if (sweep)
-        wf->stray_begin = 0;
-    switch (j->kind) {
-    case JOB_PUT:
-        wf->parts[0].inflight = 0;
-        if (rc == 0)
-            landed(st, j, etag);
-        else if (!stopping)
-            failed(st, j, rc);
-        break;
-    case JOB_BEGIN:
-        if (rc == 0 && (wf->upload_id = strdup(upload_id)) != NULL) {
-            wf->mpu = MPU_ACTIVE;
-            if (!wf->unlinked)
-                wfile_journal(st, wf);
-        } else {
-            wf->mpu = MPU_NONE;
-            if (rc == 0) { /* no memory for the id: give the upload up */
-                pthread_mutex_unlock(&st->lock);
-                s->ops->mpu_abort(s, j->key, upload_id);
-                pthread_mutex_lock(&st->lock);
-                rc = -ENOMEM;
-            }
-            if (!stopping)
-                failed(st, j, rc);
-        }
-        break;
-    case JOB_PART: {
-        struct wpart *p = &wf->parts[j->part.number - 1];
-        p->inflight = 0;
-        if (rc == 0 && wf->mpu == MPU_ACTIVE && wf->upload_id &&
-            strcmp(wf->upload_id, j->upload_id) == 0) {
-            p->uploaded = 1;
-            p->up_gen = j->part_gen;
-            p->up_len = j->part.length;
-            memcpy(p->etag, j->part.etag, STORE_ETAG_MAX);
-            /* So that a crash resumes with this part: at most once a second
-             * (a record lists every part: writing it per part would cost
-             * the square of the part count), and when the last part is in. */
-            if (wf->seal_version == wf->version && !wf->unlinked &&
-                (mono_seconds() - wf->journaled_at >= 1.0 || !any_part_inflight(wf)))
-                wfile_journal(st, wf);
-        } else if (rc == -ENOENT) {
-            log_warn("upload: the multipart upload of %s is gone from the store; starting over",
-                     j->key);
-            if (wf->mpu == MPU_ACTIVE && !any_part_inflight(wf))
-                end_mpu(wf);
-        } else if (rc < 0 && !stopping) {
-            failed(st, j, rc);
-        }
-        break;
+    if (rc == 0 && (wf->upload_id = strdup(a->upload_id)) != NULL) {
+        wf->mpu = WFILE_MPU_ACTIVE;
+        if (!wf->unlinked)
+            wfile_journal(st, wf);
+        return;
     }
-    case JOB_COMPLETE:
-        if (rc == 0) {
+    wf->mpu = WFILE_MPU_NONE;
+    if (rc == 0) { /* no memory for the id: give the upload up */
+        pthread_mutex_unlock(&st->lock);
+        st->store->ops->mpu_abort(st->store, j->key, a->upload_id);
+        pthread_mutex_lock(&st->lock);
+        rc = -ENOMEM;
+    }
+    if (!stopping)
+        failed(st, j, rc);
+}
+
+static void part_answer(struct stage *st, struct job *j, int rc, int stopping,
+                        const struct job_answer *a)
+{
+    (void)a;
+    struct wfile *wf = j->wf;
+    struct wfile_part *p = &wf->parts[j->part.number - 1];
+    p->inflight = 0;
+    if (rc == 0 && wf->mpu == WFILE_MPU_ACTIVE && wf->upload_id &&
+        strcmp(wf->upload_id, j->upload_id) == 0) {
+        p->uploaded = 1;
+        p->up_gen = j->part_gen;
+        p->up_len = j->part.length;
+        memcpy(p->etag, j->part.etag, STORE_ETAG_MAX);
+        /* So that a crash resumes with this part: at most once a second
+         * (a record lists every part: writing it per part would cost
+         * the square of the part count), and when the last part is in. */
+        if (wf->seal_version == wf->version && !wf->unlinked &&
+            (mono_seconds() - wf->journaled_at >= 1.0 || !any_part_inflight(wf)))
+            wfile_journal(st, wf);
+    } else if (rc == -ENOENT) {
+        log_warn("upload: the multipart upload of %s is gone from the store; starting over",
+                 j->key);
+        if (wf->mpu == WFILE_MPU_ACTIVE && !any_part_inflight(wf))
             end_mpu(wf);
-            landed(st, j, etag);
-        } else {
-            wf->mpu = MPU_ACTIVE;
-            if (rc == -ENOENT) {
-                log_warn("upload: the multipart upload of %s is gone from the store; starting "
-                         "over",
-                         j->key);
-                end_mpu(wf);
-            } else if (!stopping && ++wf->complete_failures >= COMPLETE_GIVE_UP &&
-                       !any_part_inflight(wf)) {
-                /* The store keeps refusing to assemble it (it may have lost parts,
-                 * e.g. after a crash during a completion): send it all again. */
-                log_warn("upload: the multipart upload of %s failed to complete %u times; "
-                         "starting over",
-                         j->key, wf->complete_failures);
-                abort_mpu(st, wf);
-            }
-            if (!stopping)
-                failed(st, j, rc);
-        }
-        break;
-    case JOB_ABORT:
-        if (rc < 0 && rc != -ESHUTDOWN) {
-            log_warn("upload: cannot abort the multipart upload of %s: %s (the next mount "
-                     "retries)",
-                     j->key, strerror(-rc));
-            record_orphan(st, j->key, j->upload_id);
-        }
-        break;
+    } else if (rc < 0 && !stopping) {
+        failed(st, j, rc);
     }
+}
+
+static void complete_answer(struct stage *st, struct job *j, int rc, int stopping,
+                            const struct job_answer *a)
+{
+    struct wfile *wf = j->wf;
+    j->sweep_after = rc == 0 && wf->stray_begin;
+    if (j->sweep_after)
+        wf->stray_begin = 0;
+    if (rc == 0) {
+        end_mpu(wf);
+        landed(st, j, a->etag);
+        return;
+    }
+    wf->mpu = WFILE_MPU_ACTIVE;
+    if (rc == -ENOENT) {
+        log_warn("upload: the multipart upload of %s is gone from the store; starting "
+                 "over",
+                 j->key);
+        end_mpu(wf);
+    } else if (!stopping && ++wf->complete_failures >= COMPLETE_GIVE_UP && !any_part_inflight(wf)) {
+        /* The store keeps refusing to assemble it (it may have lost parts,
+         * e.g. after a crash during a completion): send it all again. */
+        log_warn("upload: the multipart upload of %s failed to complete %u times; "
+                 "starting over",
+                 j->key, wf->complete_failures);
+        abort_mpu(st, wf);
+    }
+    if (!stopping)
+        failed(st, j, rc);
+}
+
+static void abort_answer(struct stage *st, struct job *j, int rc, int stopping,
+                         const struct job_answer *a)
+{
+    (void)stopping;
+    (void)a;
+    if (rc < 0 && rc != -ESHUTDOWN) {
+        log_warn("upload: cannot abort the multipart upload of %s: %s (the next mount "
+                 "retries)",
+                 j->key, strerror(-rc));
+        record_orphan(st, j->key, j->upload_id);
+    }
+}
+
+/* The steps of one kind of job. */
+struct job_steps {
+    const char *name;  /* in the logs */
+    int yields;        /* waits for the writers first (yield_to_writers) */
+    int when_stopping; /* sent even when the mount stops: leave nothing behind if quick */
+    /* Before the request (lock held; not when stopping), or NULL. */
+    void (*before)(struct stage *st, struct job *j);
+    /* The request to the store (no lock): 0 or a negative errno. */
+    int (*send)(struct store *s, struct job *j, struct job_answer *a);
+    /* What its answer does to the file (lock held; may unlock). rc is the
+     * request's, or -ESHUTDOWN if it was not sent; stopping: the mount
+     * stops and the request was not sent. */
+    void (*answer)(struct stage *st, struct job *j, int rc, int stopping,
+                   const struct job_answer *a);
+};
+
+static const struct job_steps job_steps[] = {
+    [JOB_PUT] = {"PUT", 1, 0, NULL, put_send, put_answer},
+    [JOB_BEGIN] = {"begin multipart", 1, 0, begin_before, begin_send, begin_answer},
+    [JOB_PART] = {"part", 1, 0, NULL, part_send, part_answer},
+    [JOB_COMPLETE] = {"complete", 1, 0, NULL, complete_send, complete_answer},
+    [JOB_ABORT] = {"abort", 0, 1, NULL, abort_send, abort_answer},
+};
+
+static const char *job_name(enum job_kind kind)
+{
+    return job_steps[kind].name;
+}
+
+/* In staged mode the trainer waits for its writes, not for uploads: let it
+ * have the CPU first. (Within this process's scheduling group only: under
+ * autogroups or cgroups the daemon competes with the trainer as a whole,
+ * hence also yield_to_writers.) Once per upload thread. */
+static void nice_upload_thread(const struct stage *st)
+{
+    static _Thread_local int niced;
+    if (!niced && !st->cfg.fsync_remote) {
+        setpriority(PRIO_PROCESS, (id_t)gettid(), 19);
+        niced = 1;
+    }
+}
+
+/* A worker runs job j: its request without the lock, its answer under it,
+ * then the next upload work of its file. */
+static void run_job(void *arg)
+{
+    struct job *j = arg;
+    struct stage *st = j->st;
+    struct wfile *wf = j->wf;
+    const struct job_steps *step = &job_steps[j->kind];
+    nice_upload_thread(st);
+    struct job_answer a = {.etag = "", .upload_id = ""};
+    int rc = -ESHUTDOWN;
+    pthread_mutex_lock(&st->lock);
+    if (step->yields)
+        yield_to_writers(st);
+    int stop = st->stopping;
+    if (!stop && step->before)
+        step->before(st, j);
+    pthread_mutex_unlock(&st->lock);
+    if (!stop || step->when_stopping)
+        rc = step->send(st->store, j, &a);
+
+    pthread_mutex_lock(&st->lock);
+    step->answer(st, j, rc, st->stopping && rc == -ESHUTDOWN, &a);
+    assert(wf->jobs > 0);
     wf->jobs--;
     upload_kick(st, wf);
-    if (sweep) /* once this file's upload is done, so it is not in the listing */
+    if (j->sweep_after) /* once this file's upload is done, so it is not in the listing */
         recover_sweep_key(st, j->key);
     if (wf->unlinked && wf->jobs == 0) { /* the file that took its name may wait for this */
         kick_successor(st, wf, wf->path);

@@ -1,6 +1,14 @@
 /*
- * fs/write/wfile.h - the state the write path's modules share (internal to
- * stage.c, upload.c, commit.c and recover.c; the core sees only stage.h).
+ * fs/write/wfile.h - the records of the write path, its bottom layer: a
+ * struct wfile per staged file, and struct stage, which holds them all
+ * (stage.h draws the layers of fs/write and the state machine a staged
+ * file goes through).
+ *
+ * Owns: the fields of both structures; the table of staged files by path
+ * and the list of every one of them; references (a clean, unreferenced file
+ * is dropped); the staging files' names; a file's journal record
+ * (wfile_journal); the waits on stage->changed; the clients' write rate.
+ * Calls only extents, parts, journal and util: never a module above it.
  *
  * A wfile is one staged file: its bytes in a staging file under the cache
  * directory, what has been written, whether the writer has sealed it
@@ -34,31 +42,37 @@
 #ifndef CKPTFS_WFILE_H
 #define CKPTFS_WFILE_H
 
-#include "clock.h"
 #include "extents.h"
 #include "journal.h"
 #include "stage.h"
 #include "store.h"
-#include "workq.h"
 
+#include <assert.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <sys/types.h>
 
-enum wf_mpu {
-    MPU_NONE,      /* no multipart upload */
-    MPU_BEGINNING, /* CreateMultipartUpload in flight */
-    MPU_ACTIVE,    /* upload_id valid: parts may be sent */
-    MPU_COMPLETING /* CompleteMultipartUpload in flight */
+struct workq;
+struct cpu_pressure;
+
+/* Where a file's multipart upload is (upload.c moves it). */
+enum wfile_mpu {
+    WFILE_MPU_NONE,      /* no multipart upload */
+    WFILE_MPU_BEGINNING, /* CreateMultipartUpload in flight */
+    WFILE_MPU_ACTIVE,    /* upload_id valid: parts may be sent */
+    WFILE_MPU_COMPLETING /* CompleteMultipartUpload in flight */
 };
 
-enum wf_commit {
-    COMMIT_NONE,    /* not a commit file, or not sealed yet */
-    COMMIT_WAITING, /* sealed; waiting for the files it names */
-    COMMIT_READY,   /* the files are there: may be published (commit_version) */
-    COMMIT_BLOCKED  /* waited --commit-timeout in vain; kept staged, error set */
+/* Where a commit file's check is (commit.c moves it). */
+enum wfile_commit {
+    WFILE_COMMIT_NONE,    /* not a commit file, or not sealed yet */
+    WFILE_COMMIT_WAITING, /* sealed; waiting for the files it names */
+    WFILE_COMMIT_READY,   /* the files are there: may be published (commit_version) */
+    WFILE_COMMIT_BLOCKED  /* waited --commit-timeout in vain; kept staged, error set */
 };
 
-struct wpart {
+struct wfile_part {
     uint64_t gen;    /* writes into this part so far */
     uint64_t up_gen; /* gen whose bytes the current multipart upload has */
     uint64_t up_len; /* length it was uploaded with */
@@ -69,7 +83,7 @@ struct wpart {
 };
 
 /* A file named in a .metadata, and the size it must have on the store. */
-struct commit_need {
+struct wfile_need {
     char *name; /* relative to the .metadata's directory */
     uint64_t min_size;
     uint64_t found_size; /* on the store at the check that let it go; UINT64_MAX before */
@@ -79,7 +93,7 @@ struct wfile {
     struct wfile *hnext;       /* stage->table chain */
     struct wfile *prev, *next; /* stage->files list */
     uint64_t id;               /* journal key and staging file name */
-    int fd;                    /* the staging file, open read-write */
+    int fd;                    /* the staging file, open read-write; -1 before it has one */
     char *path;                /* current store path */
     uint64_t size;
     int64_t mtime_ns; /* nanoseconds since the epoch of the last change */
@@ -100,10 +114,10 @@ struct wfile {
     double journaled_at;   /* monotonic time of that snapshot */
 
     /* upload */
-    enum wf_mpu mpu;
+    enum wfile_mpu mpu;
     char *upload_key; /* key the multipart upload was begun for */
     char *upload_id;
-    struct wpart *parts;        /* parts[i] is part i + 1 */
+    struct wfile_part *parts;   /* parts[i] is part i + 1 */
     uint32_t nparts;            /* entries allocated in parts */
     int jobs;                   /* upload jobs in flight */
     int error;                  /* last upload failure (negative errno), 0 if none since */
@@ -113,17 +127,17 @@ struct wfile {
     int stray_begin;            /* a begin failed or was retried: sweep the key once complete */
 
     /* commit */
-    enum wf_commit commit;
+    enum wfile_commit commit;
     uint64_t commit_version;
     double commit_deadline, commit_next_check, commit_logged;
     int commit_parsed;     /* needs[] filled (or the .metadata could not be parsed) */
     unsigned commit_epoch; /* bumped by commit_reset: a check that unlocked starts over */
-    struct commit_need *needs;
+    struct wfile_need *needs;
     size_t nneeds;
 };
 
-#define STAGE_BUCKETS 4096
-#define STAGE_PATH_XATTR "user.ckptfs.path" /* a staging file's store path, as created */
+#define WFILE_BUCKETS 4096
+#define WFILE_PATH_XATTR "user.ckptfs.path" /* a staging file's store path, as created */
 
 struct stage {
     pthread_mutex_t lock;
@@ -137,7 +151,7 @@ struct stage {
     char boot_id[64];
     struct journal *journal;
     struct workq *uploads;
-    struct wfile *table[STAGE_BUCKETS]; /* by path */
+    struct wfile *table[WFILE_BUCKETS]; /* by path */
     struct wfile *files;                /* every wfile, for walks */
     uint64_t staged_bytes;              /* sum of sizes of every wfile */
     int stopping;
@@ -156,10 +170,27 @@ struct stage {
     struct stage_stats stats;
 };
 
-/* ---- helpers shared by the modules (stage.c) ---- */
+/* assert() that st->lock is held (by this thread, as the callers are
+ * written; the check sees only that someone holds it). */
+#define WFILE_ASSERT_LOCKED(st) assert(pthread_mutex_trylock(&(st)->lock) == EBUSY)
+
+/* ---- names ---- */
 
 /* The staging file's name for id: 16 hex digits. */
-void staging_name(uint64_t id, char name[32]);
+void wfile_staging_name(uint64_t id, char name[32]);
+
+/* 1 if name (a last component) is published only after the files it names
+ * (".metadata", "*.metadata"): what stage.h's is_commit_name answers. */
+int wfile_is_commit_name(const char *name);
+
+/* 1 if name looks like a temporary that is renamed into place (*.tmp). */
+int wfile_is_hold_name(const char *name);
+
+/* ---- one record ---- */
+
+/* A new record for path: one reference, no staging file (fd -1), in no
+ * list. NULL when out of memory. */
+struct wfile *wfile_alloc(const char *path);
 
 /* Free wf and close its staging file (it must be out of every list). */
 void wfile_free(struct wfile *wf);
@@ -174,130 +205,54 @@ void wfile_unref(struct stage *st, struct wfile *wf);
 /* 1 if wf's current version is on the store under its current name. */
 int wfile_clean(const struct wfile *wf);
 
-/* The writer has published the current content: record the seal and start
- * its upload (lock held, ref held). */
-void seal(struct stage *st, struct wfile *wf);
+/* Make sure parts[] has room for part `count` (lock held). 0 or -ENOMEM. */
+int wfile_parts_reserve(struct wfile *wf, uint32_t count);
 
 /* Write the journal record of wf (lock held: snapshots under the lock,
  * writes after unlocking, then relocks; the caller holds a reference):
  * 0, or the journal's negative errno (logged). */
 int wfile_journal(struct stage *st, struct wfile *wf);
 
-/* Make sure parts[] has room for part `count` (lock held). 0 or -ENOMEM. */
-int wfile_parts_reserve(struct wfile *wf, uint32_t count);
+/* ---- the table and the list ---- */
 
-/* 1 if path lies at or below directory dir ("" = the root). */
-int path_below(const char *path, const char *dir);
+/* Put a new record into the table and the list, its size counted in
+ * staged_bytes (lock held). The caller counts it in the statistics. */
+void wfile_link(struct stage *st, struct wfile *wf);
 
 /* Add / remove wf in the table by path (lock held). */
-void table_insert(struct stage *st, struct wfile *wf);
-void table_remove(struct stage *st, struct wfile *wf);
+void wfile_table_insert(struct stage *st, struct wfile *wf);
+void wfile_table_remove(struct stage *st, struct wfile *wf);
+
+/* The wfile named path, or NULL (lock held). */
+struct wfile *wfile_find(struct stage *st, const char *path);
 
 /* References to every wfile that pick() selects, for walks that unlock
  * (lock held). *n gets the count; NULL with *n = 0 when none or no memory.
- * Give them back with release_all() (lock held). */
-struct wfile **collect(struct stage *st, int (*pick)(const struct wfile *, const void *),
-                       const void *arg, size_t *n);
-void release_all(struct stage *st, struct wfile **v, size_t n);
+ * Give them back with wfile_release_all() (lock held). */
+struct wfile **wfile_collect(struct stage *st, int (*pick)(const struct wfile *, const void *),
+                             const void *arg, size_t *n);
+void wfile_release_all(struct stage *st, struct wfile **v, size_t n);
 
-/* Bytes written by clients in the last one to two WRITE_WINDOW seconds
- * (lock held). */
-#define WRITE_WINDOW 0.1
-uint64_t stage_recent_writes(struct stage *st, double now);
-
-/* A thread starts / stops waiting for uploads to progress (lock held):
- * while any waits, uploads do not yield to writers. */
-void stage_waiter_enter(struct stage *st);
-void stage_waiter_leave(struct stage *st);
+/* ---- waiting ---- */
 
 /* Wait on st->changed for at most seconds (lock held; it is dropped while
  * waiting). Callers check their condition again: wake-ups are shared. */
-void stage_wait(struct stage *st, double seconds);
+void wfile_wait(struct stage *st, double seconds);
 
-/* The wfile named path, or NULL (lock held). */
-struct wfile *stage_find_locked(struct stage *st, const char *path);
+/* A thread starts / stops waiting for uploads to progress (lock held):
+ * while any waits, uploads do not yield to writers. */
+void wfile_waiter_enter(struct stage *st);
+void wfile_waiter_leave(struct stage *st);
 
-/* 1 if name looks like a temporary that is renamed into place (*.tmp). */
-int is_hold_name(const char *name);
+/* ---- the clients' write rate ---- */
 
-/* ---- upload.c ---- */
+#define WFILE_WRITE_WINDOW 0.1 /* seconds */
 
-/* Start whatever upload work wf is ready for (lock held; never blocks). */
-void upload_kick(struct stage *st, struct wfile *wf);
+/* Count n bytes written by a client now (lock held). */
+void wfile_note_write(struct stage *st, uint64_t n);
 
-/* Abort wf's multipart upload, if any, after its in-flight parts (lock held). */
-void upload_cancel(struct stage *st, struct wfile *wf);
-
-/* Timers: retries after failures, held files whose time is up (lock held).
- * Returns the monotonic time of the next deadline, or 0. */
-double upload_timers(struct stage *st);
-
-/* ---- commit.c ---- */
-
-/* Work on every sealed commit file: check the files it names, mark it
- * ready or blocked (lock held; unlocks while listing the store). Returns the
- * monotonic time of the next check, or 0. */
-double commit_check_all(struct stage *st);
-
-/* Forget what a previous check of wf found (its content changed). */
-void commit_reset(struct wfile *wf);
-
-/* A commit file that waited --commit-timeout in vain waits again from now
- * (a sync, an fsync or a close asks for it; lock held). */
-void commit_retry(struct wfile *wf);
-
-/* A file at path reached the store: commit files in its directory are
- * checked again at once (lock held). */
-void commit_wake(struct stage *st, const char *path);
-
-/* What the index needs of commit file wf, whose version `version` (of
- * `size` bytes) just landed: its bytes and the files its check found, or
- * NULL (not parsed, too large, or rewritten meanwhile). Lock held; unlocks
- * to read the staging file. Free with commit_snapshot_free(). */
-struct stage_commit_snapshot *commit_snapshot(struct stage *st, struct wfile *wf, uint64_t version,
-                                              uint64_t size);
-void commit_snapshot_free(struct stage_commit_snapshot *s);
-
-/* ---- recover.c ---- */
-
-/* Take over the journal's records after a crash or restart: re-stage the
- * sealed files and queue their uploads; move unsealed or untrustworthy data
- * to CACHE_DIR/recovered; abort multipart uploads nobody will complete.
- * Called once from stage_open, before the mount serves requests. */
-void recover_journal(struct stage *st);
-
-/* The second sweep of the multipart uploads recovery cleaned (lock held,
- * dropped for each request; the supervisor calls it): once its time has
- * come, list each key's uploads again and abort those no live file of this
- * mount holds - requests the dead daemon had sent may reach the store after
- * the first sweep. A key this mount is uploading is left alone; stopping
- * ends the sweep between keys. Returns when it is due (monotonic), or 0
- * once done or if none is pending. */
-double recover_sweep_again(struct stage *st);
-
-/* List key's multipart uploads and abort those no live file of this mount
- * holds, unless a file of this mount is uploading key (lock held, dropped for
- * the requests): the leftovers of a begin whose answer was lost. */
-void recover_sweep_key(struct stage *st, const char *key);
-
-/* 1 if the second sweep is still to pass key (lock held). */
-int recover_sweep_pending(const struct stage *st, const char *key);
-
-/* Drop a pending second sweep without making it (lock held, or the
- * supervisor joined: stage_close). */
-void recover_sweep_forget(struct stage *st);
-
-/* ---- early disk writes of staged bytes (writeback.c) ---- */
-
-/* A client wrote `written` bytes to wf (lock held): in staged mode, queue a
- * large write's file for the flusher to start its disk write. */
-void writeback_note(struct stage *st, struct wfile *wf, ssize_t written);
-
-/* Start the flusher (staged mode only): 0 or a negative errno. */
-int writeback_start(struct stage *st);
-
-/* Stop the flusher once st->stopping is set (lock not held); the jobs
- * still queued only drop their references. A no-op if it never started. */
-void writeback_stop(struct stage *st);
+/* Bytes written by clients in the last one to two WFILE_WRITE_WINDOW
+ * seconds (lock held). */
+uint64_t wfile_recent_writes(struct stage *st, double now);
 
 #endif

@@ -1,6 +1,6 @@
 /*
  * fs/write/writeback.c - starting the disk writes of staged bytes early (staged
- * mode only; see wfile.h).
+ * mode only; see writeback.h).
  *
  * Staged mode's fsync waits for the staging file to reach the disk. Left to
  * the kernel, nothing is written before that fsync (its dirty thresholds are
@@ -13,8 +13,11 @@
  * trainer's write returns at page-cache speed either way. Remote mode starts
  * nothing: nobody waits for the staging disk there, and a staging file is
  * often gone before the kernel would write it. Small writes do not queue: a
- * random writer dirties those pages again.
+ * random writer dirties those pages again. A middle layer (stage.h):
+ * calls the records (wfile.h) and the work queue only.
  */
+#include "writeback.h"
+
 #include "wfile.h"
 #include "workq.h"
 

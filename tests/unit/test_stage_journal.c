@@ -221,7 +221,7 @@ Test(stage_journal, a_second_writer_waits_for_the_record_that_unseals)
     snprintf(p2, sizeof p2, "%s/journal/data.mdb", dir2);
     copy_file(p1, p2);
     char name[32];
-    staging_name(wf->id, name);
+    wfile_staging_name(wf->id, name);
     snprintf(p1, sizeof p1, "%s/files/%s", dir, name);
     snprintf(p2, sizeof p2, "%s/files/%s", dir2, name);
     copy_file(p1, p2);
@@ -306,7 +306,7 @@ Test(stage_journal, a_truncate_of_a_sealed_file_unseals_its_record_first)
     /* the truncate waits for its record, or cuts at once */
     wait_blocked(&t.tid, &t.done);
     char name[32], p[1024];
-    staging_name(wf->id, name);
+    wfile_staging_name(wf->id, name);
     snprintf(p, sizeof p, "%s/files/%s", dir, name);
     struct stat sb;
     cr_assert_eq(stat(p, &sb), 0);
