@@ -321,3 +321,53 @@ Test(stage_journal, a_truncate_of_a_sealed_file_unseals_its_record_first)
     stage_put(st, wf);
     free(d);
 }
+
+/* semantics.md §7: a file recovered from the journal is uploaded by the next
+ * mount on its own, without a sync or an unmount asking for it (stage_open
+ * starts the uploads of what recovery restaged). The "crash" is a copy of the
+ * cache directory while every request of the first mount fails. */
+Test(stage_journal, a_recovered_file_uploads_without_a_sync)
+{
+    unsigned char *orig = pattern(1000, 9);
+    struct wfile *wf = sealed_durable_file("rec/f", orig, 1000);
+    char dir2[] = "/tmp/ckptfs-journal-recover-XXXXXX", p1[1024], p2[1024];
+    cr_assert_not_null(mkdtemp(dir2));
+    snprintf(p2, sizeof p2, "%s/files", dir2);
+    mkdir(p2, 0700);
+    snprintf(p2, sizeof p2, "%s/journal", dir2);
+    mkdir(p2, 0700);
+    snprintf(p1, sizeof p1, "%s/journal/data.mdb", dir);
+    snprintf(p2, sizeof p2, "%s/journal/data.mdb", dir2);
+    copy_file(p1, p2);
+    char name[32];
+    wfile_staging_name(wf->id, name);
+    snprintf(p1, sizeof p1, "%s/files/%s", dir, name);
+    snprintf(p2, sizeof p2, "%s/files/%s", dir2, name);
+    copy_file(p1, p2);
+
+    struct mem_store *mem2 = mem_store_new();
+    mem_store_set_min_part(mem2, 0);
+    struct stage_config cfg2 = cfg;
+    cfg2.dir = dir2;
+    struct stage *st2;
+    char err[256];
+    cr_assert_eq(stage_open(mem_store_base(mem2), "mem://test", &cfg2, &st2, err, sizeof err), 0,
+                 "%s", err);
+    size_t len = 0;
+    unsigned char *got = NULL;
+    for (int i = 0; i < 1000 && !got; i++) { /* up to 10 s; no sync, no unmount */
+        got = mem_store_get(mem2, "rec/f", &len);
+        if (!got)
+            usleep(10 * 1000);
+    }
+    int published = got && len == 1000 && memcmp(got, orig, 1000) == 0;
+    free(got);
+    stage_close(st2);
+    mem_store_free(mem2);
+    rm_tree(dir2);
+    mem_store_fail(mem, MEM_OP_ALL, 0, 0);
+    stage_writer_close(st, wf);
+    stage_put(st, wf);
+    free(orig);
+    cr_assert(published, "the recovered file was not uploaded until something asked for it");
+}
