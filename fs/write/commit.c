@@ -49,8 +49,7 @@ static void free_needs(struct wfile_need *needs, size_t n);
 static unsigned char *read_whole(int fd, uint64_t size)
 {
     unsigned char *buf = malloc(size ? size : 1);
-    size_t got;
-    if (buf && (pread_full(fd, buf, size, 0, &got) < 0 || got != size)) {
+    if (buf && pread_exact(fd, buf, size, 0) < 0) {
         free(buf);
         buf = NULL;
     }
