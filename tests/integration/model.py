@@ -36,6 +36,7 @@ Ops are tuples (a Python literal prints and pastes):
   ("kill9", m)                                     kill -9, mount again with the same cache
   ("kill9_open", m, path, off, n, seed, trunc)     sync, write without close, kill -9, remount
   ("xcheck",)                                      sync both, a fresh mount reads everything
+  ("bview",)                                       sync A, wait, B reads A's part of the tree
 m is 0 (mount A) or 1 (mount B). A replay skips an op whose precondition does not hold
 in the model at that point (applicable()), so any subsequence is a valid test: that is
 what the shrinker relies on.
@@ -57,7 +58,8 @@ B_ROOT = "nb"  # mount B's part of the tree
 A_DIRS = ["a", "b", "a/c", "b/c"]
 B_DIRS = ["nb/d", "nb/e"]
 FILE_NAMES = ["f", "g", "h.tmp"]
-HELD_AFTER = 25.0  # a held *.tmp is uploaded 30 s after its last seal: past this, maybe
+HELD_AFTER = 25.0
+ATTR_TIMEOUT = 0.5  # both mounts' --attr-timeout  # a held *.tmp is uploaded 30 s after its last seal: past this, maybe
 
 
 class Divergence(AssertionError):
@@ -118,6 +120,7 @@ def below(path, d):
 
 
 def owner(path):
+    """The mount that works on path: B below nb/, A everywhere else."""
     return 1 if below(path, B_ROOT) and path != B_ROOT else 0
 
 
@@ -302,15 +305,16 @@ def en(e):
 class Run:
     """One replay: a fresh store, mounts A and B, a worker; steps checked one by one."""
 
-    def __init__(self, store_kind, fsync, workdir, s3server=None, extra_args=()):
+    def __init__(self, store_kind, fsync, workdir, s3server=None, extra_args=(), endpoint=None):
         self.kind, self.fsync, self.workdir = store_kind, fsync, workdir
         os.makedirs(workdir, exist_ok=True)
         if store_kind == "s3":
             self.store = harness.S3Store(s3server, harness.unique_prefix("model"))
         else:
             self.store = harness.DirStore(os.path.join(workdir, "store"))
-        self.args = [*self.store.mount_args(), f"--fsync={fsync}", "--commit-timeout", "30",
-                     *extra_args]
+        where = self.store.mount_args(endpoint) if endpoint else self.store.mount_args()
+        self.args = [*where, f"--fsync={fsync}", "--commit-timeout", "30", "--attr-timeout",
+                     str(ATTR_TIMEOUT), *extra_args]
         self.env = self.store.mount_env()
         self.caches = [os.path.join(workdir, "cacheA"), os.path.join(workdir, "cacheB")]
         self.model = Model()
@@ -371,7 +375,7 @@ class Run:
     def applicable(self, op):
         md = self.model
         kind = op[0]
-        if kind in ("xcheck",):
+        if kind in ("xcheck", "bview"):
             return True
         m = 0 if kind == "pwrite" else op[1]
         if kind in ("remount", "kill9"):
@@ -379,8 +383,9 @@ class Run:
         path = op[1] if kind == "pwrite" else op[2]
         if kind == "rename" and owner(op[3]) != m:
             return False
-        if owner(path) != m or path in ("", B_ROOT):
-            return False
+        top = kind in ("sync", "commit") and path == ("" if m == 0 else B_ROOT)
+        if not top and (owner(path) != m or path in ("", B_ROOT)):
+            return False  # the other mount's part, or a top directory
         pins = md.pinned()
         if kind in ("write", "kill9_open"):
             trunc = op[6]
@@ -406,6 +411,8 @@ class Run:
                     return False
                 return dst not in md.files
             return not md.is_dir(dst)
+        if kind == "sync":
+            return True
         if kind == "commit":
             d, shards = op[2], op[4]
             if not md.is_dir(d):
@@ -419,38 +426,40 @@ class Run:
 
     # -- checks
 
-    def check_view(self, m):
-        """The mount that made the change shows exactly the model (its part of the tree)."""
+    def check_view(self, m, root=None, mount=None, kind="view", skip_b=None):
+        """A mount shows exactly the model: by default the mount that made the change,
+        its own part of the tree (A does not look into B's)."""
         md = self.model
-        root = B_ROOT if m == 1 else ""
+        mt = mount or self.mounts[m]
+        root = (B_ROOT if m == 1 else "") if root is None else root
+        skip_b = (m == 0) if skip_b is None else skip_b
         todo = [root]
         while todo:
             d = todo.pop()
             try:
-                names = set(os.listdir(self.p(m, d)))
+                names = set(os.listdir(mt.p(d)))
             except OSError as e:
-                raise Divergence("view", f"mount {m}: listing {d or '/'} failed: {en(e.errno)}")
+                raise Divergence(kind, f"mount {m}: listing {d or '/'} failed: {en(e.errno)}")
             want = md.children(d)
             if names != want:
-                raise Divergence("view", f"mount {m}: {d or '/'} lists {sorted(names)}, "
-                                         f"the model {sorted(want)}")
+                raise Divergence(kind, f"mount {m}: {d or '/'} lists {sorted(names)}, "
+                                       f"the model {sorted(want)}")
             for n in sorted(names):
                 p = os.path.join(d, n) if d else n
                 if p in md.dirs:
-                    if m == 0 and p == B_ROOT:
-                        continue
-                    todo.append(p)
+                    if not (skip_b and p == B_ROOT):
+                        todo.append(p)
                     continue
                 want_b = md.files[p].data
                 try:
-                    st = os.stat(self.p(m, p))
-                    got = harness.read_file(self.p(m, p))
+                    st = os.stat(mt.p(p))
+                    got = harness.read_file(mt.p(p))
                 except OSError as e:
-                    raise Divergence("view", f"mount {m}: {p}: {en(e.errno)}")
+                    raise Divergence(kind, f"mount {m}: {p}: {en(e.errno)}")
                 if st.st_size != len(want_b) or got != want_b:
-                    raise Divergence("view", f"mount {m}: {p}: size {st.st_size}, {len(got)} "
-                                             f"bytes read, {_diff(got, want_b)}; the model: "
-                                             f"{len(want_b)} bytes")
+                    raise Divergence(kind, f"mount {m}: {p}: size {st.st_size}, {len(got)} "
+                                           f"bytes read, {_diff(got, want_b)}; the model: "
+                                           f"{len(want_b)} bytes")
 
     def check_store_step(self):
         """What holds at every observation of the store."""
@@ -830,28 +839,21 @@ class Run:
         fresh = harness.Mount(self.store.url, self.workdir, args=self.args, env=self.env,
                               watchdog=600)
         fresh.start()
-        saved = self.mounts[0]
         try:
-            self.mounts[0] = fresh
-            md = self.model
-            # the whole tree, B's part included
-            for p in sorted(md.dirs):
-                names = set(os.listdir(fresh.p(p)))
-                if names != md.children(p):
-                    raise Divergence("xcheck", f"a fresh mount lists {p}: {sorted(names)}, "
-                                               f"the model {sorted(md.children(p))}")
-            if set(os.listdir(fresh.p())) != md.children(""):
-                raise Divergence("xcheck", f"a fresh mount lists /: {sorted(os.listdir(fresh.p()))}")
-            for p, st in sorted(md.files.items()):
-                got = harness.read_file(fresh.p(p))
-                if got != st.data:
-                    raise Divergence("xcheck", f"a fresh mount reads {p}: {_diff(got, st.data)}")
+            self.check_view(2, root="", mount=fresh, kind="xcheck", skip_b=False)
         finally:
-            self.mounts[0] = saved
             try:
                 fresh.close()
             except harness.HarnessError as e:
                 raise Divergence("daemon", f"the fresh mount: {e}")
+
+    def op_bview(self):
+        """Mount B, another node, reads what A synced once its caches have expired
+        (--attr-timeout, and the 2 s a listing is kept while a load works, §2)."""
+        self.expect("sync of mount 0", _errno(lambda: self.mounts[0].sync("", self.t_sync)), {0})
+        self._synced([p for p in self.model.files if owner(p) == 0])
+        time.sleep(ATTR_TIMEOUT + 2.3)
+        self.check_view(1, root="", kind="bview", skip_b=True)
 
 
 def _diff(got, want):
@@ -934,6 +936,8 @@ def gen_op(rng, run):
                 rng.randrange(1 << 30), rng.random() < 0.3)
     if r < 0.872:
         return ("xcheck",)
+    if r < 0.876:
+        return ("bview",)
     # reads are checked by every step's view check; a plain listing step otherwise
     return ("sync", m, rng.choice(parents)) if rng.random() < 0.2 else \
         ("write", m, any_file(), 0, rng.randrange(0, 500), rng.randrange(1 << 30), True, False)
@@ -991,25 +995,10 @@ def failure_kind(e):
     return getattr(e, "kind", type(e).__name__)
 
 
-def shrink(ops, store_kind, fsync, base_dir, kind, s3server=None, budget=240.0, extra_args=(),
-           say=print):
-    """Delta debugging: the shortest subsequence of ops that still fails with the same
-    kind of divergence, each candidate replayed from a fresh store and fresh mounts.
-    Stops at the time budget with the shortest found so far."""
+def ddmin(ops, fails, budget=240.0, say=print):
+    """Delta debugging: remove chunks of ops (halves, quarters, ... single ops) while
+    fails(candidate) stays true. Stops at the time budget with the shortest so far."""
     t_end = time.monotonic() + budget
-    counter = [0]
-
-    def fails(cand):
-        counter[0] += 1
-        wd = os.path.join(base_dir, f"shrink-{counter[0]}")
-        try:
-            replay(cand, store_kind, fsync, wd, s3server, extra_args)
-            ok = False
-        except (Divergence, OSError, harness.HarnessError) as e:
-            ok = failure_kind(e) == kind
-        shutil.rmtree(wd, ignore_errors=True)
-        return ok
-
     n = 2
     while len(ops) >= 2 and time.monotonic() < t_end:
         chunk = max(1, len(ops) // n)
@@ -1028,4 +1017,26 @@ def shrink(ops, store_kind, fsync, base_dir, kind, s3server=None, budget=240.0, 
             if chunk == 1:
                 break
             n = min(len(ops), n * 2)
-    return ops, counter[0]
+    if len(ops) == 1 and time.monotonic() < t_end and fails([]):
+        ops = []
+    return ops
+
+
+def shrink(ops, store_kind, fsync, base_dir, kind, s3server=None, budget=240.0, extra_args=(),
+           say=print):
+    """The shortest subsequence of ops that still fails with the same kind of divergence,
+    each candidate replayed from a fresh store and fresh mounts. (ops, replays)"""
+    counter = [0]
+
+    def fails(cand):
+        counter[0] += 1
+        wd = os.path.join(base_dir, f"shrink-{counter[0]}")
+        try:
+            replay(cand, store_kind, fsync, wd, s3server, extra_args)
+            ok = False
+        except (Divergence, OSError, harness.HarnessError) as e:
+            ok = failure_kind(e) == kind
+        shutil.rmtree(wd, ignore_errors=True)
+        return ok
+
+    return ddmin(ops, fails, budget, say), counter[0]
