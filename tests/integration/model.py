@@ -58,8 +58,8 @@ B_ROOT = "nb"  # mount B's part of the tree
 A_DIRS = ["a", "b", "a/c", "b/c"]
 B_DIRS = ["nb/d", "nb/e"]
 FILE_NAMES = ["f", "g", "h.tmp"]
-HELD_AFTER = 25.0
-ATTR_TIMEOUT = 0.5  # both mounts' --attr-timeout  # a held *.tmp is uploaded 30 s after its last seal: past this, maybe
+HELD_AFTER = 25.0  # a held *.tmp is uploaded 30 s after its last seal: past this, maybe
+ATTR_TIMEOUT = 0.5  # both mounts' --attr-timeout
 
 
 class Divergence(AssertionError):
@@ -482,6 +482,9 @@ class Run:
             if body is None or p not in md.files or body != md.files[p].data:
                 continue  # an older version, replaced since: the model no longer pins it
             for q, n in md.named(p):
+                if q in files and files[q] < n and self.store.shows_partial_objects and \
+                        q in md.files and not md.files[q].clean:
+                    continue  # s3rver shows a PUT that replaces an object as it streams in
                 if files.get(q, -1) < n:
                     raise Divergence("commit-order", f"{p} is on the store but {q} is "
                                                      f"{'missing' if q not in files else f'{files[q]} bytes'}"
