@@ -19,7 +19,14 @@ What the model allows where semantics.md allows several outcomes:
     synced file, a subdirectory's marker), success when nothing can be, either one when
     an upload may be under way;
   * kill -9 while a file is open for writing (§7): the file keeps what the store had
-    (the op syncs first), and the unsealed bytes are kept under stage/recovered.
+    (the op syncs first), and the unsealed bytes are kept under stage/recovered;
+  * a held temporary is on the store only after a sync, an unmount or a rename, or 30 s
+    after its last seal (from 25 s on the model says "maybe");
+  * a .metadata waits for this mount's other files below it except held temporaries
+    (fs/write/commit.c; §6 (1) does not make that exception);
+  * s3rver shows a PUT as it streams in (harness.S3Store.shows_partial_objects): a shard
+    the model changed since its last sync may be seen short next to its .metadata
+    (a missing shard, or a short one the model did not change, still fails).
 
 Ops are tuples (a Python literal prints and pastes):
   ("write", m, path, off, n, seed, trunc, fsync)   open O_CREAT[|O_TRUNC], pwrite, [fsync], close
