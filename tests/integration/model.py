@@ -155,6 +155,7 @@ class Model:
         self.files = {}           # path -> FileState
         self.dirs = {B_ROOT}      # "" (the root) is implied
         self.commits = {}         # .metadata content -> [(relpath, length)]
+        self.strays = set()       # paths an upload may still land on (removed while staged)
 
     def is_dir(self, p):
         return p == "" or p in self.dirs
@@ -526,6 +527,7 @@ class Run:
             raise Divergence("store", f"after {why}: on the store but not in the model: "
                                       f"{sorted(extra)}")
         self.check_store_files(want, why)
+        md.strays = {p for p in md.strays if part is not None and owner(p) != part}
 
     # -- model updates
 
@@ -545,7 +547,13 @@ class Run:
             st.on_store, st.clean = "yes", True
 
     def _remove(self, p):
-        self.model.files.pop(p, None)
+        st = self.model.files.pop(p, None)
+        self._stray(p, st)
+
+    def _stray(self, p, st):
+        """p left the namespace: an upload of it in flight lands, then is deleted (§5 §6)."""
+        if st is not None and st.on_store != "no" and not st.clean:
+            self.model.strays.add(p)
 
     # -- one step
 
@@ -690,6 +698,7 @@ class Run:
         self.expect(f"rename {src} {dst}", got, want)
         if got == 0:
             st = md.files.pop(src)
+            self._stray(src, st)
             old = md.files.get(dst)
             new = st.copy()
             if st.on_store == "yes" and st.clean:
@@ -726,6 +735,8 @@ class Run:
             fs = md.files_below(src)
             if md.dirs_below(src) or any(md.status(p) == "yes" for p in fs):
                 want = {errno.EXDEV}
+            elif any(below(p, src) for p in md.strays):
+                want = {0, errno.EXDEV}  # an upload of a removed file may be landing
             elif all(md.status(p) == "no" for p in fs):
                 want = {0}
             else:
