@@ -31,6 +31,7 @@ What the model allows where semantics.md allows several outcomes:
 Ops are tuples (a Python literal prints and pastes):
   ("write", m, path, off, n, seed, trunc, fsync)   open O_CREAT[|O_TRUNC], pwrite, [fsync], close
   ("pwrite", path, off, n, seed)                   the same by the worker process, on A
+  ("pwrite2", path, off1, n1, seed1, off2, n2, seed2)   this process and the worker at once
   ("truncate", m, path, size)
   ("rename", m, src, dst)                          files or directories
   ("unlink", m, path)
@@ -256,13 +257,18 @@ class Worker:
         self.proc = subprocess.Popen(["/usr/bin/python3", "-c", WORKER_SRC], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, text=True, start_new_session=True)
 
+    def send(self, path, off, data):
+        self.proc.stdin.write(json.dumps({"path": path, "off": off, "data": data.hex(),
+                                          "trunc": False}) + "\n")
+        self.proc.stdin.flush()
+
+    def answer(self, timeout):
+        return harness.call_with_timeout(lambda: json.loads(self.proc.stdout.readline()),
+                                         timeout, "worker pwrite")
+
     def pwrite(self, path, off, data, timeout):
-        def call():
-            self.proc.stdin.write(json.dumps({"path": path, "off": off, "data": data.hex(),
-                                              "trunc": False}) + "\n")
-            self.proc.stdin.flush()
-            return json.loads(self.proc.stdout.readline())
-        return harness.call_with_timeout(call, timeout, "worker pwrite")
+        self.send(path, off, data)
+        return self.answer(timeout)
 
     def stop(self):
         if self.proc.poll() is None:
@@ -385,10 +391,10 @@ class Run:
         kind = op[0]
         if kind in ("xcheck", "bview"):
             return True
-        m = 0 if kind == "pwrite" else op[1]
+        m = 0 if kind in ("pwrite", "pwrite2") else op[1]
         if kind in ("remount", "kill9"):
             return True
-        path = op[1] if kind == "pwrite" else op[2]
+        path = op[1] if kind in ("pwrite", "pwrite2") else op[2]
         if kind == "rename" and owner(op[3]) != m:
             return False
         top = kind in ("sync", "commit") and path == ("" if m == 0 else B_ROOT)
@@ -404,6 +410,8 @@ class Run:
             return not (trunc and path in pins)
         if kind == "pwrite":
             return not is_commit(path) and not md.is_dir(path)
+        if kind == "pwrite2":
+            return not is_commit(path) and not md.is_dir(path) and op[2] + op[3] <= op[5]
         if kind == "truncate":
             return not is_commit(path) and not (path in pins and op[3] < pins[path])
         if kind == "unlink":
@@ -608,6 +616,22 @@ class Run:
         if got == 0:
             old = md.files[path].data if path in md.files else None
             self._created(path, _patched(old, off, data, False))
+        self.check_view(0)
+        self.check_store_step()
+
+    def op_pwrite2(self, path, off1, n1, seed1, off2, n2, seed2):
+        """This process and the worker write disjoint ranges of one file at once (§1)."""
+        md = self.model
+        d1, d2 = harness.data(n1, seed1), harness.data(n2, seed2)
+        want = self.file_target(path)
+        self.worker.send(self.p(0, path), off2, d2)
+        got1 = _errno(lambda: _write(self.p(0, path), off1, d1, False, False))
+        got2 = self.worker.answer(self.t_sync)
+        self.expect(f"pwrite {path} (this process)", got1, {want})
+        self.expect(f"pwrite {path} (the worker)", got2, {want})
+        if want == 0:
+            old = md.files[path].data if path in md.files else None
+            self._created(path, _patched(_patched(old, off1, d1, False), off2, d2, False))
         self.check_view(0)
         self.check_store_step()
 
@@ -916,6 +940,11 @@ def gen_op(rng, run):
         else:
             d = rng.choice([""] + A_DIRS)
             path = os.path.join(d, rng.choice(FILE_NAMES)) if d else rng.choice(FILE_NAMES)
+        if rng.random() < 0.3:  # both processes at once, disjoint ranges
+            off1, n1 = rng.randrange(0, 4096), rng.randrange(1, 2000)
+            off2 = off1 + n1 + rng.randrange(0, 3000)
+            return ("pwrite2", path, off1, n1, rng.randrange(1 << 30), off2,
+                    rng.randrange(1, 2000), rng.randrange(1 << 30))
         return ("pwrite", path, rng.randrange(0, 8192), rng.randrange(1, 2000),
                 rng.randrange(1 << 30))
     if r < 0.42:
