@@ -34,6 +34,7 @@ Ops are tuples (a Python literal prints and pastes):
   ("pwrite2", path, off1, n1, seed1, off2, n2, seed2)   this process and the worker at once
   ("truncate", m, path, size)
   ("rename", m, src, dst)                          files or directories
+  ("rename_noreplace", m, src, dst)                renameat2(RENAME_NOREPLACE) of a file
   ("unlink", m, path)
   ("mkdir", m, path)
   ("rmdir", m, path)
@@ -305,6 +306,19 @@ def _fsync(path):
         os.close(fd)
 
 
+_libc = None
+
+
+def _rename_noreplace(src, dst):
+    global _libc
+    import ctypes
+    if _libc is None:
+        _libc = ctypes.CDLL(None, use_errno=True)
+    if _libc.renameat2(-100, os.fsencode(src), -100, os.fsencode(dst), 1) != 0:  # AT_FDCWD
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e), src)
+
+
 def _patched(old, off, data, trunc):
     base = b"" if trunc or old is None else old
     if off > len(base):
@@ -395,7 +409,7 @@ class Run:
         if kind in ("remount", "kill9"):
             return True
         path = op[1] if kind in ("pwrite", "pwrite2") else op[2]
-        if kind == "rename" and owner(op[3]) != m:
+        if kind in ("rename", "rename_noreplace") and owner(op[3]) != m:
             return False
         top = kind in ("sync", "commit") and path == ("" if m == 0 else B_ROOT)
         if not top and (owner(path) != m or path in ("", B_ROOT)):
@@ -416,7 +430,9 @@ class Run:
             return not is_commit(path) and not (path in pins and op[3] < pins[path])
         if kind == "unlink":
             return path not in pins
-        if kind == "rename":
+        if kind == "rename_noreplace" and md.is_dir(op[2]):
+            return False
+        if kind in ("rename", "rename_noreplace"):
             src, dst = op[2], op[3]
             if is_commit(src) or is_commit(dst) or src in pins or dst in pins:
                 return False
@@ -708,7 +724,21 @@ class Run:
         self.check_view(m)
         self.check_store_step()
 
-    def op_rename(self, m, src, dst):
+    def op_rename_noreplace(self, m, src, dst):
+        """renameat2(RENAME_NOREPLACE) of a file (§6: honoured)."""
+        md = self.model
+        if src not in md.files or not md.is_dir(parent(dst)):
+            want = errno.ENOENT
+        elif dst in md.files or md.is_dir(dst):
+            want = errno.EEXIST
+        else:
+            return self.op_rename(m, src, dst, noreplace=True)
+        got = _errno(lambda: _rename_noreplace(self.p(m, src), self.p(m, dst)))
+        self.expect(f"rename (noreplace) {src} {dst}", got, {want})
+        self.check_view(m)
+        self.check_store_step()
+
+    def op_rename(self, m, src, dst, noreplace=False):
         md = self.model
         if src == dst:
             return self._rename_same(m, src)
@@ -718,7 +748,8 @@ class Run:
             want = {errno.ENOENT}
         else:
             want = {0}
-        got = _errno(lambda: os.rename(self.p(m, src), self.p(m, dst)))
+        how = _rename_noreplace if noreplace else os.rename
+        got = _errno(lambda: how(self.p(m, src), self.p(m, dst)))
         self.expect(f"rename {src} {dst}", got, want)
         if got == 0:
             st = md.files.pop(src)
@@ -952,7 +983,8 @@ def gen_op(rng, run):
     if r < 0.52:
         if existing_dirs and rng.random() < 0.3:
             return ("rename", m, rng.choice(existing_dirs), rng.choice(dirs))
-        return ("rename", m, any_file(), any_file() if rng.random() < 0.5 else
+        return ("rename_noreplace" if rng.random() < 0.2 else "rename", m, any_file(),
+                any_file() if rng.random() < 0.5 else
                 os.path.join(rng.choice(parents), rng.choice(FILE_NAMES)).lstrip("/"))
     if r < 0.58:
         metas = [p for p in md.files if is_commit(p) and owner(p) == m]
