@@ -942,8 +942,30 @@ def _diff(got, want):
 # --------------------------------------------------------------------------- generator
 
 
+def known_bug(run, op):
+    """Why op would run into a bug that is known and not fixed yet (its regression is an
+    xfail in test_model.py), or None. The generator leaves such ops out, so that random
+    runs look for new bugs; CKPTFS_MODEL_KNOWN_BUGS=1 keeps them in. Delete an entry once
+    its bug is fixed."""
+    if os.environ.get("CKPTFS_MODEL_KNOWN_BUGS") == "1":
+        return None
+    md = run.model
+    if op[0] == "rename" and is_held(op[3]) and op[3] in md.files and op[2] != op[3]:
+        return "a held *.tmp renamed over a stored *.tmp, then renamed away: resurrection"
+    return None
+
+
 def gen_op(rng, run):
-    """One op chosen for the model's current state (mostly meaningful, some failing)."""
+    """One op for the model's current state (mostly meaningful, some failing), never one
+    that runs into a known bug."""
+    for _ in range(20):
+        op = _gen_op(rng, run)
+        if not known_bug(run, op):
+            return op
+    return ("sync", 0, "")
+
+
+def _gen_op(rng, run):
     md = run.model
     m = 0 if rng.random() < 0.7 else 1
     dirs = (A_DIRS if m == 0 else B_DIRS)

@@ -9,6 +9,7 @@ that still fails, as a line to paste into REGRESSIONS below.
                                directory; 150 under ASan)
   CKPTFS_MODEL_SEED=N|random   one seed for every case (default: a fixed seed per case)
   CKPTFS_MODEL_SHRINK_SECONDS  time the shrinker may take on a failure (default 300)
+  CKPTFS_MODEL_KNOWN_BUGS=1    also generate the ops of known bugs (model.known_bug())
 
 test_model_regression: every sequence found so far, replayed as it is.
 
