@@ -144,9 +144,12 @@ static int listing_put(struct listing *l, const char *name, const struct store_s
         (l->core->stage && stage_has_entry(l->core->stage, l->dir, name))) {
         /* Staged here: the overlay reported it (and knows better), but the
          * store's object stays the store's answer (core_lookup_store): a
-         * staged file renamed away must take it along (semantics.md §6). */
+         * staged file renamed away must take it along (semantics.md §6).
+         * Only where the cache has nothing: the publish of the staged file
+         * may have put its new version meanwhile, and this listing may have
+         * seen an older one (or s3rver's half-received object). */
         if (l->child[0])
-            meta_put(&l->core->meta, l->child, 0, s, l->stamp);
+            meta_put_if_absent(&l->core->meta, l->child, 0, s, l->stamp);
         return 0;
     }
     struct store_stat stored = *s;

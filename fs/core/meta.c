@@ -96,8 +96,9 @@ static struct meta_entry *entry_locked(struct meta_cache *mc, const char *path)
     return e;
 }
 
-void meta_put(struct meta_cache *mc, const char *path, int err, const struct store_stat *st,
-              double listed)
+/* meta_put's work; only_if_absent: leave an existing entry alone. */
+static void put(struct meta_cache *mc, const char *path, int err, const struct store_stat *st,
+                double listed, int only_if_absent)
 {
     if (mc->attr_timeout <= 0)
         return;
@@ -107,6 +108,10 @@ void meta_put(struct meta_cache *mc, const char *path, int err, const struct sto
     while (*pp && strcmp((*pp)->path, path) != 0)
         pp = &(*pp)->next;
     struct meta_entry *e = *pp;
+    if (e && only_if_absent) {
+        pthread_mutex_unlock(&mc->lock);
+        return;
+    }
     if (!e) {
         if (mc->count >= META_MAX_ENTRIES) {
             purge_locked(mc, 0);
@@ -137,6 +142,18 @@ void meta_put(struct meta_cache *mc, const char *path, int err, const struct sto
     else
         memset(&e->st, 0, sizeof e->st);
     pthread_mutex_unlock(&mc->lock);
+}
+
+void meta_put(struct meta_cache *mc, const char *path, int err, const struct store_stat *st,
+              double listed)
+{
+    put(mc, path, err, st, listed, 0);
+}
+
+void meta_put_if_absent(struct meta_cache *mc, const char *path, int err,
+                        const struct store_stat *st, double listed)
+{
+    put(mc, path, err, st, listed, 1);
 }
 
 enum meta_state meta_get(struct meta_cache *mc, const char *path, struct meta_entry *e)

@@ -53,6 +53,11 @@ void meta_destroy(struct meta_cache *mc);
 void meta_put(struct meta_cache *mc, const char *path, int err, const struct store_stat *st,
               double listed);
 
+/* meta_put, only if the cache has no entry for path (an answer that may be
+ * older than one put meanwhile must not replace it). */
+void meta_put_if_absent(struct meta_cache *mc, const char *path, int err,
+                        const struct store_stat *st, double listed);
+
 /* A copy of what the cache has of path, expired or not: META_ABSENT, or the
  * entry's state with *e filled (e->next and e->path not). */
 enum meta_state meta_get(struct meta_cache *mc, const char *path, struct meta_entry *e);

@@ -139,3 +139,19 @@ Test(meta, the_table_stays_bounded, .fini = fini)
     int err;
     cr_expect_eq(meta_find(&mc, "f299999", &err, NULL), META_FRESH); /* the newest is kept */
 }
+
+/* put_if_absent never replaces an entry (a listing's older answer must not
+ * replace the one a publish put meanwhile), and fills an absent one. */
+Test(meta, put_if_absent_leaves_an_existing_entry_alone, .fini = fini)
+{
+    cr_assert_eq(meta_init(&mc, 10, 10), 0);
+    meta_put(&mc, "d/f", 0, &(struct store_stat){.size = 780}, 0);
+    meta_put_if_absent(&mc, "d/f", 0, &(struct store_stat){.size = 0}, 1.0);
+    meta_put_if_absent(&mc, "d/g", 0, &(struct store_stat){.size = 5}, 1.0);
+    struct store_stat st;
+    int err;
+    cr_assert_eq(meta_find(&mc, "d/f", &err, &st), META_FRESH);
+    cr_expect_eq(st.size, 780);
+    cr_assert_eq(meta_find(&mc, "d/g", &err, &st), META_FRESH);
+    cr_expect_eq(st.size, 5);
+}
