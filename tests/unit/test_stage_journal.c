@@ -59,6 +59,25 @@ static void copy_file(const char *from, const char *to)
     free(b);
 }
 
+/* A kill -9 as the next mount finds it: the stage's journal and wf's
+ * staging file copied into a new cache directory made from tmpl (mkdtemp). */
+static void crash_copy(char *tmpl, const struct wfile *wf)
+{
+    char p1[1024], p2[1024], name[32];
+    cr_assert_not_null(mkdtemp(tmpl));
+    snprintf(p2, sizeof p2, "%s/files", tmpl);
+    mkdir(p2, 0700);
+    snprintf(p2, sizeof p2, "%s/journal", tmpl);
+    mkdir(p2, 0700);
+    snprintf(p1, sizeof p1, "%s/journal/data.mdb", dir);
+    snprintf(p2, sizeof p2, "%s/journal/data.mdb", tmpl);
+    copy_file(p1, p2);
+    wfile_staging_name(wf->id, name);
+    snprintf(p1, sizeof p1, "%s/files/%s", dir, name);
+    snprintf(p2, sizeof p2, "%s/files/%s", tmpl, name);
+    copy_file(p1, p2);
+}
+
 /* ---- a thread blocked on a lock, seen from /proc ---- */
 
 static double mono(void)
@@ -211,20 +230,8 @@ Test(stage_journal, a_second_writer_waits_for_the_record_that_unseals)
     cr_assert_not(w.done, "A's journal write was not held up");
 
     /* kill -9 now: what the next mount finds */
-    char dir2[] = "/tmp/ckptfs-journal-crash-XXXXXX", p1[1024], p2[1024];
-    cr_assert_not_null(mkdtemp(dir2));
-    snprintf(p2, sizeof p2, "%s/files", dir2);
-    mkdir(p2, 0700);
-    snprintf(p2, sizeof p2, "%s/journal", dir2);
-    mkdir(p2, 0700);
-    snprintf(p1, sizeof p1, "%s/journal/data.mdb", dir);
-    snprintf(p2, sizeof p2, "%s/journal/data.mdb", dir2);
-    copy_file(p1, p2);
-    char name[32];
-    wfile_staging_name(wf->id, name);
-    snprintf(p1, sizeof p1, "%s/files/%s", dir, name);
-    snprintf(p2, sizeof p2, "%s/files/%s", dir2, name);
-    copy_file(p1, p2);
+    char dir2[] = "/tmp/ckptfs-journal-crash-XXXXXX";
+    crash_copy(dir2, wf);
 
     let_journal_write(pid, release);
     pthread_join(t, NULL);
@@ -330,20 +337,8 @@ Test(stage_journal, a_recovered_file_uploads_without_a_sync)
 {
     unsigned char *orig = pattern(1000, 9);
     struct wfile *wf = sealed_durable_file("rec/f", orig, 1000);
-    char dir2[] = "/tmp/ckptfs-journal-recover-XXXXXX", p1[1024], p2[1024];
-    cr_assert_not_null(mkdtemp(dir2));
-    snprintf(p2, sizeof p2, "%s/files", dir2);
-    mkdir(p2, 0700);
-    snprintf(p2, sizeof p2, "%s/journal", dir2);
-    mkdir(p2, 0700);
-    snprintf(p1, sizeof p1, "%s/journal/data.mdb", dir);
-    snprintf(p2, sizeof p2, "%s/journal/data.mdb", dir2);
-    copy_file(p1, p2);
-    char name[32];
-    wfile_staging_name(wf->id, name);
-    snprintf(p1, sizeof p1, "%s/files/%s", dir, name);
-    snprintf(p2, sizeof p2, "%s/files/%s", dir2, name);
-    copy_file(p1, p2);
+    char dir2[] = "/tmp/ckptfs-journal-recover-XXXXXX";
+    crash_copy(dir2, wf);
 
     struct mem_store *mem2 = mem_store_new();
     mem_store_set_min_part(mem2, 0);
