@@ -170,3 +170,58 @@ def wstore(request, tmp_path):
         srv = request.getfixturevalue("s3server")
         return harness.S3Store(srv, harness.unique_prefix(request.node.name))
     return harness.DirStore(str(tmp_path / "store"))
+
+
+# --------------------------------------------------------------------------- torch 2.x
+# torch 2.6 and 2.14 in Debian chroots (torch2.py; built by tools/setup). A test that takes
+# `torch2` runs once per version; tools/test sets CKPTFS_REQUIRE_TORCH2=1 so a missing
+# chroot fails instead of skipping.
+#
+#   torch2           session, params ["2.6", "2.14"]: an entered TorchChroot
+#   chroot_mounter   function: chroot_mounter(store, *args, **kw) -> a started Mount whose
+#                    mountpoint, cache and log are inside the torch2 chroot (so
+#                    torch2.inside(m.p(...)) is the path a chrooted trainer uses)
+
+import torch2 as torch2_mod  # noqa: E402
+
+TORCH2_VERSIONS = [v for v in os.environ.get("CKPTFS_IT_TORCH2", "2.6,2.14").split(",") if v]
+
+
+@pytest.fixture(scope="session", params=TORCH2_VERSIONS)
+def torch2(request):
+    v = request.param
+    if not torch2_mod.available(v):
+        why = (f"the torch {v} chroot is not built in {torch2_mod.chroots_dir()}: "
+               f"run tools/setup (tools/lib/torch-chroots)")
+        if os.environ.get("CKPTFS_REQUIRE_TORCH2") == "1":  # tools/test: it must run
+            pytest.fail(why, pytrace=False)
+        pytest.skip(why)
+    ch = torch2_mod.TorchChroot(v).enter()
+    try:
+        yield ch
+    finally:
+        ch.exit()
+
+
+@pytest.fixture
+def chroot_mounter(torch2, request):
+    mounts = []
+    work = torch2.workdir(request.node.name)
+
+    def make(store, *args, endpoint=None, env=None, **kw):
+        extra = store.mount_args(endpoint) if isinstance(store, harness.S3Store) else store.mount_args()
+        m = harness.Mount(store.url, work, args=[*extra, *args],
+                          env={**store.mount_env(), **(env or {})}, **kw)
+        mounts.append(m)
+        return m.start()
+
+    yield make
+
+    problems = []
+    for m in reversed(mounts):
+        try:
+            m.close()
+        except harness.HarnessError as e:
+            problems.append(str(e))
+    if problems:
+        pytest.fail("daemon problem at unmount:\n" + "\n\n".join(problems), pytrace=False)
