@@ -130,3 +130,144 @@ def test_per_rank_metadata_is_one_checkpoint():
     assert ins["world_size"] == len(exp["metadata_files"])
     one = admin_json("verify", os.path.join(ck, "__1.metadata"))
     assert one["ok"] and one["items"] == len(exp["metadata_files"]["__1.metadata"]["storage"])
+
+
+# ---------------------------------------------------------------------------
+# The commit rule through a real mount (docs/semantics.md, "Commit files")
+# ---------------------------------------------------------------------------
+
+TRAINER = r'''
+import os, sys
+os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+
+def hf(path):
+    from torch.distributed.checkpoint.hf_storage import HuggingFaceStorageWriter
+    g = torch.Generator().manual_seed(0)
+    sd = {"layer%d.weight" % i: torch.randn(1024, 1024, generator=g) for i in range(6)}  # 4 MiB each
+    mapping = {k: i // 2 + 1 for i, k in enumerate(sd)}  # 3 shards of 8 MiB
+    dcp.save(sd, storage_writer=HuggingFaceStorageWriter(path, fqn_to_index_mapping=mapping),
+             no_dist=True)
+
+def rank(r, world, port, path):
+    os.environ["MASTER_PORT"] = str(port)
+    dist.init_process_group("gloo", rank=r, world_size=world)
+    g = torch.Generator().manual_seed(r)
+    sd = {"w%d" % i: torch.randn(512, 1024, generator=g) for i in range(4)}  # 8 MiB per rank
+    dcp.save(sd, storage_writer=dcp.FileSystemWriter(path), use_collectives=False)
+    dist.barrier()
+    dist.destroy_process_group()
+
+if __name__ == "__main__":
+    if sys.argv[1] == "hf":
+        hf(sys.argv[2])
+    else:
+        import socket
+        import torch.multiprocessing as mp
+        s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
+        mp.spawn(rank, args=(4, port, sys.argv[2]), nprocs=4)
+'''
+
+
+class FirstSeen:
+    """Polls a prefix of the store while a save runs: the listing in which each key first
+    appears (keys first seen in one listing count as simultaneous)."""
+
+    def __init__(self, store, prefix):
+        self.store, self.prefix, self.first = store, prefix, {}
+        self.stop = threading.Event()
+        self.t = threading.Thread(target=self.run, daemon=True)
+
+    def run(self):
+        n = 0
+        while not self.stop.is_set():
+            n += 1
+            for k in self.store.keys(self.prefix):
+                if ".ckptfs-upload." not in k:
+                    self.first.setdefault(k, n)
+            time.sleep(0.01)
+
+    def __enter__(self):
+        self.t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.t.join(10)
+
+    def not_before(self, commit, needed):
+        """The needed keys that were not listed when (or before) commit first was."""
+        assert commit in self.first, f"{commit} never reached the store: {sorted(self.first)}"
+        return [k for k in needed if self.first.get(k, 1 << 30) > self.first[commit]]
+
+
+def run_trainer(torch2, what, path):
+    script = os.path.join(torch2.work, "t2_commit_trainer.py")
+    with open(script, "w") as f:
+        f.write(TRAINER)
+    r = torch2.run([torch2.inside(script), what, torch2.inside(path)], timeout=600)
+    assert r.returncode == 0, r.stderr[-4000:]
+
+
+@pytest.fixture
+def s3_store(s3server, request):
+    return harness.S3Store(s3server, harness.unique_prefix(request.node.name))
+
+
+def slow_shards(req):
+    """Proxy policy: every write of a shard (.distcp, .safetensors) waits 0.5 s, so without
+    the commit rule the small commit file, written last, would reach the store first."""
+    if req.method in ("PUT", "POST") and (".distcp" in req.path or ".safetensors" in req.path) \
+            and ".json" not in req.path:
+        time.sleep(0.5)
+    return "pass"
+
+
+def slow_mount(chroot_mounter, s3server, s3_store, faultproxy):
+    proxy = faultproxy(s3server.port)
+    proxy.set_policy(slow_shards)
+    return chroot_mounter(s3_store, "--fsync=staged", endpoint=proxy.endpoint)
+
+
+def test_hf_index_json_published_last(torch2, chroot_mounter, s3server, s3_store, faultproxy):
+    """A real HuggingFaceStorageWriter save (torch 2.14, 3 shards of 8 MiB) through a
+    --fsync=staged mount on s3rver (shard writes slowed by a proxy): model.safetensors.index.json is never listed before
+    every .safetensors its weight_map names."""
+    if torch2.version != "2.14":
+        pytest.skip("HuggingFaceStorageWriter is torch >= 2.8")
+    m = slow_mount(chroot_mounter, s3server, s3_store, faultproxy)
+    with FirstSeen(s3_store, "hf") as seen:
+        run_trainer(torch2, "hf", m.p("hf"))
+        m.sync("hf")
+    with open(m.p("hf/model.safetensors.index.json")) as f:
+        names = set(json.load(f)["weight_map"].values())
+    assert len(names) == 3
+    late = seen.not_before("hf/model.safetensors.index.json", ["hf/" + n for n in names])
+    assert not late, f"model.safetensors.index.json was listed before {late}"
+
+
+def test_per_rank_metadata_waits_for_its_shards(torch2, chroot_mounter, s3server, s3_store,
+                                                faultproxy):
+    """dcp.save(use_collectives=False) from 4 gloo ranks (torch 2.14) through a
+    --fsync=staged mount on s3rver: each __R.metadata is listed only once every shard it
+    names is (shard writes slowed by a proxy); ckptfs-admin reads the result as one
+    checkpoint of 4 ranks."""
+    if torch2.version != "2.14":
+        pytest.skip("use_collectives=False is torch >= 2.9")
+    m = slow_mount(chroot_mounter, s3server, s3_store, faultproxy)
+    with FirstSeen(s3_store, "pr") as seen:
+        run_trainer(torch2, "per_rank", m.p("pr"))
+        m.sync("pr")
+    metas = sorted(k for k in seen.first if k.endswith(".metadata"))
+    assert metas == ["pr/__%d.metadata" % r for r in range(4)], sorted(seen.first)
+    for r in range(4):
+        own = admin_json("dump", m.p("pr/__%d.metadata" % r))
+        shards = sorted({"pr/" + s["relative_path"] for s in own["storage"]})
+        assert shards, own
+        late = seen.not_before("pr/__%d.metadata" % r, shards)
+        assert not late, f"__{r}.metadata was listed before {late}"
+    ins = admin_json("inspect", m.p("pr"))
+    assert ins["world_size"] == 4 and len(ins["files"]) == 4
+    assert admin_json("verify", m.p("pr"))["ok"]

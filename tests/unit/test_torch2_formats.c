@@ -351,4 +351,13 @@ Test(torch2, index_json_malformed)
     strcpy(deep + p + 2 * depth, "}");
     cr_assert_eq(index_parse(deep, &e), CKPT_EFORMAT, "%s", e.msg);
     free(deep);
+    /* size is bounded before parsing (the reference's header limit) */
+    size_t big = (size_t)ST_MAX_HEADER + 1;
+    char *b = malloc(big);
+    memset(b, ' ', big);
+    struct st_index *ix = NULL;
+    cr_assert_eq(st_index_parse(b, big, &ix, &e), CKPT_ELIMIT);
+    cr_assert(strstr(e.msg, "limit"), "%s", e.msg);
+    cr_assert_null(ix);
+    free(b);
 }
