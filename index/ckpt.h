@@ -147,6 +147,8 @@ struct ckpt_dcp_info {
     int has_version;               /* field present (torch >= 2.9) */
     const char *version;           /* NULL = None */
     const char *planner_data_json; /* JSON text; "null" when None */
+    uint32_t nmetadata_files;      /* per-rank checkpoint (ckpt_merge): the */
+    const char **metadata_files;   /* __R.metadata merged, rank order; else 0 */
 };
 
 /* One safetensors file's header facts, for HF checkpoints (per file). */

@@ -234,6 +234,14 @@ int ckpt_merge(struct ckpt **parts, uint32_t n, struct ckpt **out, struct ckpt_e
          * where its parse put it */
         c->dcp = parts[0]->dcp;
         c->source = parts[0]->source;
+        c->dcp.metadata_files = arena_alloc(&c->arena, n * sizeof(char *));
+        if (!c->dcp.metadata_files)
+            rc = nomem(&M);
+        for (uint32_t i = 0; !rc && i < n; i++)
+            c->dcp.metadata_files[i] = parts[i]->source;
+        c->dcp.nmetadata_files = rc ? 0 : n;
+    }
+    if (!rc) {
         for (uint32_t i = 0; i < n; i++)
             arena_adopt(&c->arena, &parts[i]->arena);
         rc = ckpt_finish(c, err);

@@ -128,6 +128,7 @@ def test_per_rank_metadata_is_one_checkpoint():
         "__%d_0.distcp" % r: len(md["storage"])
         for r, md in enumerate(exp["metadata_files"].values())}
     assert ins["world_size"] == len(exp["metadata_files"])
+    assert admin_json("dump", ck)["metadata_files"] == sorted(exp["metadata_files"])
     one = admin_json("verify", os.path.join(ck, "__1.metadata"))
     assert one["ok"] and one["items"] == len(exp["metadata_files"]["__1.metadata"]["storage"])
 

@@ -282,6 +282,9 @@ Test(torch2, per_rank_storage_meta_and_version)
     cr_assert(c->dcp.storage_meta_set);
     cr_assert_eq(c->ntensors, 7);
     cr_assert_eq(c->nbytes, 2);
+    cr_assert_eq(c->dcp.nmetadata_files, 2);
+    cr_assert_str_eq(c->dcp.metadata_files[0], "__0.metadata");
+    cr_assert_str_eq(c->dcp.metadata_files[1], "__1.metadata");
     ckpt_free(c);
 }
 
