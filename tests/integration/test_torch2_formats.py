@@ -57,7 +57,8 @@ def stored_items(exp):
         for s in md["storage"]:
             off, length = s["offset"], s["length"]
             if "tensor_bytes" in s:  # SAFETENSORS format: the tensor's bytes in the blob
-                off, length = s["tensor_bytes"]["begin"], s["tensor_bytes"]["end"] - s["tensor_bytes"]["begin"]
+                tb = s["tensor_bytes"]
+                off, length = tb["begin"], tb["end"] - tb["begin"]
             out.append((s["fqn"], s["chunk_offset"], s["relative_path"], off, length,
                         s.get("transform_descriptors")))
     return out
@@ -147,7 +148,8 @@ import torch.distributed.checkpoint as dcp
 def hf(path):
     from torch.distributed.checkpoint.hf_storage import HuggingFaceStorageWriter
     g = torch.Generator().manual_seed(0)
-    sd = {"layer%d.weight" % i: torch.randn(1024, 1024, generator=g) for i in range(6)}  # 4 MiB each
+    # 6 tensors of 4 MiB
+    sd = {"layer%d.weight" % i: torch.randn(1024, 1024, generator=g) for i in range(6)}
     mapping = {k: i // 2 + 1 for i, k in enumerate(sd)}  # 3 shards of 8 MiB
     dcp.save(sd, storage_writer=HuggingFaceStorageWriter(path, fqn_to_index_mapping=mapping),
              no_dist=True)
@@ -177,17 +179,19 @@ class FirstSeen:
     appears (keys first seen in one listing count as simultaneous)."""
 
     def __init__(self, store, prefix):
-        self.store, self.prefix, self.first = store, prefix, {}
+        self.store, self.prefix, self.first, self.n = store, prefix, {}, 0
         self.stop = threading.Event()
         self.t = threading.Thread(target=self.run, daemon=True)
 
+    def poll(self):
+        self.n += 1
+        for k in self.store.keys(self.prefix):
+            if ".ckptfs-upload." not in k:
+                self.first.setdefault(k, self.n)
+
     def run(self):
-        n = 0
         while not self.stop.is_set():
-            n += 1
-            for k in self.store.keys(self.prefix):
-                if ".ckptfs-upload." not in k:
-                    self.first.setdefault(k, n)
+            self.poll()
             time.sleep(0.01)
 
     def __enter__(self):
@@ -197,6 +201,7 @@ class FirstSeen:
     def __exit__(self, *exc):
         self.stop.set()
         self.t.join(10)
+        self.poll()  # what landed after the last listing (the sync waited for it)
 
     def not_before(self, commit, needed):
         """The needed keys that were not listed when (or before) commit first was."""
@@ -234,8 +239,9 @@ def slow_mount(chroot_mounter, s3server, s3_store, faultproxy):
 
 def test_hf_index_json_published_last(torch2, chroot_mounter, s3server, s3_store, faultproxy):
     """A real HuggingFaceStorageWriter save (torch 2.14, 3 shards of 8 MiB) through a
-    --fsync=staged mount on s3rver (shard writes slowed by a proxy): model.safetensors.index.json is never listed before
-    every .safetensors its weight_map names."""
+    --fsync=staged mount on s3rver (shard writes slowed by a proxy):
+    model.safetensors.index.json is never listed before every .safetensors its weight_map
+    names."""
     if torch2.version != "2.14":
         pytest.skip("HuggingFaceStorageWriter is torch >= 2.8")
     m = slow_mount(chroot_mounter, s3server, s3_store, faultproxy)
