@@ -115,6 +115,25 @@ char *arena_strndup(struct arena *a, const char *s, size_t n)
     return p;
 }
 
+void arena_adopt(struct arena *a, struct arena *from)
+{
+    if (!from->head)
+        return;
+    /* behind a's current block, so its free tail stays in use */
+    struct arena_block *tail = from->head;
+    while (tail->next)
+        tail = tail->next;
+    if (a->head) {
+        tail->next = a->head->next;
+        a->head->next = from->head;
+    } else {
+        a->head = from->head;
+    }
+    a->used += from->used;
+    from->head = NULL;
+    from->used = 0;
+}
+
 void arena_release(struct arena *a)
 {
     struct arena_block *b = a->head;

@@ -36,6 +36,10 @@ void *arena_zalloc(struct arena *a, size_t n);
 /* Copy of s[0..n) plus a terminating NUL; NULL on failure. */
 char *arena_strndup(struct arena *a, const char *s, size_t n);
 
+/* Move every block of from into a (their memory stays valid and is freed
+ * with a); from is empty afterwards. The limit of a is not checked. */
+void arena_adopt(struct arena *a, struct arena *from);
+
 /* Free every block; the arena is empty (and reusable) afterwards. */
 void arena_release(struct arena *a);
 

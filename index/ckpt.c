@@ -314,6 +314,21 @@ int ckpt_check_relpath(const char *s, size_t len, char *why, size_t whylen)
     return 0;
 }
 
+int ckpt_rank_metadata_of(const char *name)
+{
+    if (name[0] != '_' || name[1] != '_')
+        return -1;
+    const char *p = name + 2;
+    long rank = 0;
+    int digits = 0;
+    for (; *p >= '0' && *p <= '9'; p++, digits++) {
+        rank = rank * 10 + (*p - '0');
+        if (rank > 1000000000L)
+            return -1;
+    }
+    return digits && strcmp(p, ".metadata") == 0 ? (int)rank : -1;
+}
+
 int ckpt_rank_of(const char *name)
 {
     const char *base = strrchr(name, '/');

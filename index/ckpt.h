@@ -147,6 +147,8 @@ struct ckpt_dcp_info {
     int has_version;               /* field present (torch >= 2.9) */
     const char *version;           /* NULL = None */
     const char *planner_data_json; /* JSON text; "null" when None */
+    uint32_t nmetadata_files;      /* per-rank checkpoint (ckpt_merge): the */
+    const char **metadata_files;   /* __R.metadata merged, rank order; else 0 */
 };
 
 /* One safetensors file's header facts, for HF checkpoints (per file). */
@@ -199,6 +201,18 @@ int ckpt_check_relpath(const char *s, size_t len, char *why, size_t whylen);
 /* Rank R of a DCP shard file name "__R_N.distcp" (any directory prefix is
  * ignored), else -1. */
 int ckpt_rank_of(const char *name);
+
+/* R of a per-rank DCP metadata file name "__R.metadata" (torch >= 2.9
+ * dcp.save(use_collectives=False)), else -1. No directory part. */
+int ckpt_rank_metadata_of(const char *name);
+
+/* One checkpoint from the DCP models of the per-rank metadata files of one
+ * save (merge.c): files, tensors and bytes entries united, every item kept,
+ * a chunk several ranks stored is one chunk (its item: the first part's).
+ * Takes parts[0..n) (freed, set to NULL, whatever the outcome); dcp info
+ * and source are parts[0]'s. 0 or CKPT_EINVALID (ranks disagree on a
+ * tensor), CKPT_ELIMIT, -ENOMEM; err set. */
+int ckpt_merge(struct ckpt **parts, uint32_t n, struct ckpt **out, struct ckpt_err *err);
 
 /* Bits per element of a torch dtype name ("bfloat16" -> 16), 0 if unknown. */
 uint32_t ckpt_torch_dtype_bits(const char *name);

@@ -235,8 +235,10 @@ static void fill_known_file_info(const struct ckpt_io *io, const char *dir, stru
     }
 }
 
-static int load_dcp(const struct ckpt_io *io, const char *dir, const char *name,
-                    const struct ckpt_load_options *o, struct ckpt **out, struct ckpt_err *err)
+/* Read and parse the DCP metadata file dir/name into *out (source set). */
+static int parse_dcp_file(const struct ckpt_io *io, const char *dir, const char *name,
+                          const struct ckpt_load_options *o, struct ckpt **out,
+                          struct ckpt_err *err)
 {
     char *path = ckpt_path_join(dir, name);
     if (!path)
@@ -253,32 +255,186 @@ static int load_dcp(const struct ckpt_io *io, const char *dir, const char *name,
     free(buf);
     if (!rc) {
         (*out)->source = arena_strndup(&(*out)->arena, path, strlen(path));
-        if (o->stat_files == CKPT_FILES_LIST)
-            rc = fill_file_info(io, dir, *out, err);
-        else if (o->stat_files == CKPT_FILES_KNOWN)
-            fill_known_file_info(io, dir, *out);
-        if (rc) {
+        if (!(*out)->source) {
             ckpt_free(*out);
             *out = NULL;
+            rc = ckpt_err_set(err, -ENOMEM, CKPT_NOPOS, "out of memory");
         }
     }
     free(path);
     return rc;
 }
 
-static int read_st_header(const struct ckpt_io *io, const char *path, struct st_header **out,
+static int read_st_header_at(const struct ckpt_io *io, const char *path, uint64_t base,
+                             uint64_t size, struct st_header **out, struct ckpt_err *err);
+
+/* 1 if item it holds exactly its chunk's raw bytes by its recorded length:
+ * what DCP's SAFETENSORS serialization format (torch >= 2.8) records, where
+ * a torch.save item is always longer than the bytes it holds. */
+static int item_is_raw(const struct ckpt *c, const struct ckpt_item *it)
+{
+    if (it->kind != CKPT_ITEM_TENSOR || it->has_transforms)
+        return 0;
+    const struct ckpt_tensor *t = &c->tensors[it->tensor];
+    if (!t->elem_bits)
+        return 0;
+    unsigned __int128 nb = t->elem_bits;
+    for (uint32_t d = 0; d < t->ndim; d++)
+        nb *= (uint64_t)t->chunks[it->chunk].sizes[d];
+    return nb % 8 == 0 && nb / 8 == it->length;
+}
+
+/* DCP's SAFETENSORS format writes a file's bytes items, then one
+ * safetensors blob holding all of its tensors, and records for each tensor
+ * the write position before the blob (the same for all) and numel *
+ * itemsize: not where its bytes are. For every file whose tensor items look
+ * like that, read the blob's header at the smallest such offset and point
+ * each item at its tensor's bytes (by name). A file whose blob cannot be
+ * read is left as recorded. 0, or an error reading the store. */
+static int locate_raw_items(const struct ckpt_io *io, const char *dir, struct ckpt *c,
+                            struct ckpt_err *err)
+{
+    int moved = 0;
+    for (uint32_t f = 0; f < c->nfiles; f++) {
+        struct ckpt_file *fi = &c->files[f];
+        uint64_t base = UINT64_MAX;
+        for (uint32_t k = 0; k < fi->nitems; k++) {
+            const struct ckpt_item *it = &c->items[fi->items[k]];
+            if (item_is_raw(c, it) && it->offset < base)
+                base = it->offset;
+        }
+        if (base == UINT64_MAX || fi->present != 1)
+            continue;
+        char *p = ckpt_path_join(dir, fi->name);
+        if (!p)
+            return ckpt_err_set(err, -ENOMEM, CKPT_NOPOS, "out of memory");
+        struct st_header *h = NULL;
+        struct ckpt_err e2 = {0};
+        int rc = read_st_header_at(io, p, base, fi->size, &h, &e2);
+        free(p);
+        if (rc) {
+            if (rc > CKPT_ETRUNC || rc < CKPT_EDB) /* -errno: the store failed */
+                return ckpt_err_set(err, rc, CKPT_NOPOS, "%s", e2.msg);
+            continue; /* no safetensors blob there: leave the items as recorded */
+        }
+        for (uint32_t k = 0; k < fi->nitems; k++) {
+            struct ckpt_item *it = &c->items[fi->items[k]];
+            if (!item_is_raw(c, it))
+                continue;
+            for (uint32_t s = 0; s < h->ntensors; s++) {
+                const struct st_tensor *t = &h->tensors[s];
+                if (strcmp(t->name, it->fqn) == 0 && t->end - t->begin == it->length) {
+                    it->offset = base + h->data_start + t->begin;
+                    moved = 1;
+                    break;
+                }
+            }
+        }
+        st_free(h);
+    }
+    if (!moved)
+        return 0;
+    for (uint32_t f = 0; f < c->nfiles; f++) { /* layout order anew */
+        c->files[f].nitems = 0;
+        c->files[f].overlapping = 0;
+    }
+    return ckpt_finish(c, err);
+}
+
+/* File presence/sizes and raw item places for a parsed DCP model. */
+static int finish_dcp(const struct ckpt_io *io, const char *dir, const struct ckpt_load_options *o,
+                      struct ckpt *c, struct ckpt_err *err)
+{
+    int rc = 0;
+    if (o->stat_files == CKPT_FILES_LIST)
+        rc = fill_file_info(io, dir, c, err);
+    else if (o->stat_files == CKPT_FILES_KNOWN)
+        fill_known_file_info(io, dir, c);
+    if (!rc && o->stat_files != CKPT_FILES_NONE)
+        rc = locate_raw_items(io, dir, c, err);
+    return rc;
+}
+
+static int load_dcp(const struct ckpt_io *io, const char *dir, const char *name,
+                    const struct ckpt_load_options *o, struct ckpt **out, struct ckpt_err *err)
+{
+    int rc = parse_dcp_file(io, dir, name, o, out, err);
+    if (!rc && (rc = finish_dcp(io, dir, o, *out, err))) {
+        ckpt_free(*out);
+        *out = NULL;
+    }
+    return rc;
+}
+
+struct rank_name {
+    int rank;
+    const char *name;
+};
+
+static int cmp_rank_name(const void *a, const void *b)
+{
+    const struct rank_name *x = a, *y = b;
+    return (x->rank > y->rank) - (x->rank < y->rank);
+}
+
+/* A checkpoint saved with use_collectives=False: every __R.metadata in dir,
+ * in rank order, parsed and merged (ckpt_merge). */
+static int load_dcp_ranks(const struct ckpt_io *io, const char *dir,
+                          const struct ckpt_load_options *o, struct ckpt **out,
                           struct ckpt_err *err)
 {
-    uint64_t size, hlen;
-    int is_dir;
-    unsigned char prefix[ST_PREFIX_LEN];
-    int rc = io->stat(io->ctx, path, &size, &is_dir);
-    if (!rc && is_dir)
-        rc = -EISDIR;
+    struct listing l;
+    int rc = list_dir(io, dir, &l);
     if (rc)
-        return ckpt_err_set(err, rc, CKPT_NOPOS, "%s: %s", path, ckpt_strerror(rc));
+        return ckpt_err_set(err, rc, CKPT_NOPOS, "cannot list '%s': %s", *dir ? dir : ".",
+                            ckpt_strerror(rc));
+    struct rank_name *rn = calloc(l.n + 1, sizeof(*rn));
+    struct ckpt **parts = calloc(l.n + 1, sizeof(*parts));
+    uint32_t n = 0;
+    if (!rn || !parts)
+        rc = ckpt_err_set(err, -ENOMEM, CKPT_NOPOS, "out of memory");
+    for (size_t i = 0; !rc && i < l.n; i++) {
+        int r = l.dirs[i] ? -1 : ckpt_rank_metadata_of(l.names[i]);
+        if (r >= 0)
+            rn[n++] = (struct rank_name){r, l.names[i]};
+    }
+    if (!rc && !n)
+        rc = ckpt_err_set(err, CKPT_ENOTCKPT, CKPT_NOPOS, "'%s' holds no .metadata",
+                          *dir ? dir : ".");
+    if (!rc)
+        qsort(rn, n, sizeof(*rn), cmp_rank_name);
+    uint32_t got = 0;
+    for (; !rc && got < n; got++)
+        rc = parse_dcp_file(io, dir, rn[got].name, o, &parts[got], err);
+    if (!rc)
+        rc = ckpt_merge(parts, n, out, err);
+    else
+        for (uint32_t i = 0; i < got; i++)
+            ckpt_free(parts[i]);
+    if (!rc && (rc = finish_dcp(io, dir, o, *out, err))) {
+        ckpt_free(*out);
+        *out = NULL;
+    }
+    free(parts);
+    free(rn);
+    listing_free(&l);
+    return rc;
+}
+
+/* The safetensors header of the blob at byte base of path (size bytes in
+ * all; the blob runs to the end of the file). */
+static int read_st_header_at(const struct ckpt_io *io, const char *path, uint64_t base,
+                             uint64_t size, struct st_header **out, struct ckpt_err *err)
+{
+    uint64_t hlen;
+    unsigned char prefix[ST_PREFIX_LEN];
+    if (base > size)
+        return ckpt_err_set(err, CKPT_ETRUNC, CKPT_NOPOS, "%s: no data at byte %llu", path,
+                            (unsigned long long)base);
+    size -= base;
     size_t n = size < ST_PREFIX_LEN ? (size_t)size : ST_PREFIX_LEN;
-    if ((rc = read_exact(io, path, 0, prefix, n)))
+    int rc = read_exact(io, path, base, prefix, n);
+    if (rc)
         return ckpt_err_set(err, rc, CKPT_NOPOS, "%s: %s", path, ckpt_strerror(rc));
     if ((rc = st_header_len(prefix, n, size, &hlen, err)))
         return rc;
@@ -286,13 +442,26 @@ static int read_st_header(const struct ckpt_io *io, const char *path, struct st_
     char *json = malloc((size_t)hlen);
     if (!json)
         return ckpt_err_set(err, -ENOMEM, CKPT_NOPOS, "out of memory");
-    rc = read_exact(io, path, ST_PREFIX_LEN, json, (size_t)hlen);
+    rc = read_exact(io, path, base + ST_PREFIX_LEN, json, (size_t)hlen);
     if (rc)
         ckpt_err_set(err, rc, CKPT_NOPOS, "%s: %s", path, ckpt_strerror(rc));
     else
         rc = st_parse_header(json, (size_t)hlen, size, out, err);
     free(json);
     return rc;
+}
+
+static int read_st_header(const struct ckpt_io *io, const char *path, struct st_header **out,
+                          struct ckpt_err *err)
+{
+    uint64_t size;
+    int is_dir;
+    int rc = io->stat(io->ctx, path, &size, &is_dir);
+    if (!rc && is_dir)
+        rc = -EISDIR;
+    if (rc)
+        return ckpt_err_set(err, rc, CKPT_NOPOS, "%s: %s", path, ckpt_strerror(rc));
+    return read_st_header_at(io, path, 0, size, out, err);
 }
 
 /* index_name: the HF index json to use (missing is fine only if it is the
@@ -413,9 +582,11 @@ out:
     return rc;
 }
 
-int ckpt_detect(const struct ckpt_io *io, const char *dir)
+/* ckpt_detect; *global: 1 if dir holds a global .metadata */
+static int detect(const struct ckpt_io *io, const char *dir, int *global)
 {
     struct listing l;
+    *global = 0;
     int rc = list_dir(io, dir, &l);
     if (rc)
         return rc;
@@ -425,13 +596,23 @@ int ckpt_detect(const struct ckpt_io *io, const char *dir)
             continue;
         if (strcmp(l.names[i], ".metadata") == 0) {
             fmt = CKPT_FORMAT_DCP;
+            *global = 1;
             break;
         }
-        if (strcmp(l.names[i], INDEX_JSON) == 0 || has_suffix(l.names[i], ".safetensors"))
+        if (ckpt_rank_metadata_of(l.names[i]) >= 0)
+            fmt = CKPT_FORMAT_DCP;
+        else if (fmt != CKPT_FORMAT_DCP &&
+                 (strcmp(l.names[i], INDEX_JSON) == 0 || has_suffix(l.names[i], ".safetensors")))
             fmt = CKPT_FORMAT_SAFETENSORS;
     }
     listing_free(&l);
     return fmt;
+}
+
+int ckpt_detect(const struct ckpt_io *io, const char *dir)
+{
+    int global;
+    return detect(io, dir, &global);
 }
 
 int ckpt_load(const struct ckpt_io *io, const char *dir, const struct ckpt_load_options *opt,
@@ -444,12 +625,14 @@ int ckpt_load(const struct ckpt_io *io, const char *dir, const struct ckpt_load_
     }
     *out = NULL;
     ckpt_err_clear(err);
-    int fmt = ckpt_detect(io, dir);
+    int global;
+    int fmt = detect(io, dir, &global);
     if (fmt < 0)
         return ckpt_err_set(err, fmt, CKPT_NOPOS, "cannot list '%s': %s", *dir ? dir : ".",
                             ckpt_strerror(fmt));
     if (fmt == CKPT_FORMAT_DCP)
-        return load_dcp(io, dir, ".metadata", opt, out, err);
+        return global ? load_dcp(io, dir, ".metadata", opt, out, err)
+                      : load_dcp_ranks(io, dir, opt, out, err);
     if (fmt == CKPT_FORMAT_SAFETENSORS)
         return load_st(io, dir, NULL, NULL, opt, out, err);
     return ckpt_err_set(err, CKPT_ENOTCKPT, CKPT_NOPOS,
@@ -512,7 +695,7 @@ int ckpt_find(const struct ckpt_io *io, const char *root, int max_depth, ckpt_fo
         for (size_t i = 0; i < l.n; i++) {
             if (l.dirs[i])
                 continue;
-            if (strcmp(l.names[i], ".metadata") == 0)
+            if (strcmp(l.names[i], ".metadata") == 0 || ckpt_rank_metadata_of(l.names[i]) >= 0)
                 fmt = CKPT_FORMAT_DCP;
             else if (!fmt && (strcmp(l.names[i], INDEX_JSON) == 0 ||
                               has_suffix(l.names[i], ".safetensors")))

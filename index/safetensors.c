@@ -343,6 +343,9 @@ int st_index_parse(const void *json, size_t len, struct st_index **out, struct c
 {
     *out = NULL;
     ckpt_err_clear(err);
+    if (len > ST_MAX_HEADER) /* as a header: transformers writes a few MB at most */
+        return ckpt_err_set(err, CKPT_ELIMIT, CKPT_NOPOS, "safetensors index: %zu bytes (limit %u)",
+                            len, ST_MAX_HEADER);
     json_error_t je;
     json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &je);
     if (!root)

@@ -82,7 +82,8 @@ struct st_index {
     struct arena arena;
 };
 
-/* Parse model.safetensors.index.json; file names are validated as paths
+/* Parse model.safetensors.index.json (at most ST_MAX_HEADER bytes, else
+ * CKPT_ELIMIT); file names are validated as paths
  * inside the checkpoint directory. */
 int st_index_parse(const void *json, size_t len, struct st_index **out, struct ckpt_err *err);
 void st_index_free(struct st_index *ix);

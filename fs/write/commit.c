@@ -2,7 +2,9 @@
  * fs/write/commit.c - when a .metadata may reach the store.
  *
  * A DCP checkpoint is complete when its .metadata exists; so a sealed file
- * named .metadata (or *.metadata) is published only after
+ * named .metadata (or *.metadata, and likewise a Hugging Face
+ * *.safetensors.index.json, whose weight_map names the shards) is published
+ * only after
  *   (a) every other file written through this mount into its directory is
  *       complete on the store, and
  *   (b) every file the .metadata names (parsed with index/, bounded and
@@ -24,6 +26,7 @@
 
 #include "clock.h"
 #include "dcp.h"
+#include "safetensors.h"
 #include "fdio.h"
 #include "log.h"
 #include "strutil.h"
@@ -122,6 +125,45 @@ static int need_met(const struct wfile_need *need)
     return need->found_size != UINT64_MAX && need->found_size >= need->min_size;
 }
 
+/* The files a Hugging Face index json names (weight_map values, each once,
+ * sorted by name), each needing at least a safetensors header's length
+ * prefix and "{}" (the index gives no sizes). 0 or an error (e set). */
+static int hf_needs(const unsigned char *buf, uint64_t size, struct wfile_need **out, size_t *nout,
+                    struct ckpt_err *e)
+{
+    struct st_index *ix = NULL;
+    int rc = st_index_parse(buf, (size_t)size, &ix, e);
+    if (rc)
+        return rc;
+    struct wfile_need *needs = calloc(ix->n ? ix->n : 1, sizeof *needs);
+    size_t n = 0;
+    for (uint32_t i = 0; needs && i < ix->n; i++) {
+        needs[n].name = strdup(ix->file[i]);
+        needs[n].min_size = ST_PREFIX_LEN + 2;
+        needs[n].found_size = UINT64_MAX;
+        if (!needs[n].name) {
+            free_needs(needs, n);
+            needs = NULL;
+            break;
+        }
+        n++;
+    }
+    st_index_free(ix);
+    if (!needs)
+        return ckpt_err_set(e, -ENOMEM, CKPT_NOPOS, "out of memory");
+    qsort(needs, n, sizeof *needs, cmp_need);
+    size_t u = 0; /* many tensors name one file: keep it once */
+    for (size_t i = 0; i < n; i++) {
+        if (u && strcmp(needs[u - 1].name, needs[i].name) == 0)
+            free(needs[i].name);
+        else
+            needs[u++] = needs[i];
+    }
+    *out = needs;
+    *nout = u;
+    return 0;
+}
+
 /* Read the staged .metadata and note, per file it names, the size it needs
  * (no lock: reads the staging file, which a sealed, referenced file keeps). */
 static void parse_needs(struct wfile *wf, uint64_t size, struct wfile_need **out, size_t *nout)
@@ -137,7 +179,16 @@ static void parse_needs(struct wfile *wf, uint64_t size, struct wfile_need **out
     unsigned char *buf = read_whole(wf->fd, size);
     struct ckpt *c = NULL;
     struct ckpt_err e = {0};
-    int rc = buf ? dcp_parse(buf, size, NULL, &c, &e) : -EIO;
+    int rc;
+    if (wfile_is_hf_index_name(path_base(wf->path))) {
+        rc = buf ? hf_needs(buf, size, out, nout, &e) : -EIO;
+        free(buf);
+        if (rc != 0)
+            log_warn("commit: cannot parse %s (%s); publishing it after this mount's files only",
+                     wf->path, e.msg[0] ? e.msg : ckpt_strerror(rc));
+        return;
+    }
+    rc = buf ? dcp_parse(buf, size, NULL, &c, &e) : -EIO;
     free(buf);
     if (rc != 0) {
         log_warn("commit: cannot parse %s (%s); publishing it after this mount's files only",
@@ -405,7 +456,8 @@ struct stage_commit_snapshot *commit_snapshot(struct stage *st, struct wfile *wf
                                               uint64_t size)
 {
     size_t n = wf->nneeds;
-    if (!wf->commit_parsed || n == 0 || size > COMMIT_SNAPSHOT_MAX)
+    if (!wf->commit_parsed || n == 0 || size > COMMIT_SNAPSHOT_MAX ||
+        wfile_is_hf_index_name(path_base(wf->path))) /* the index takes DCP's only */
         return NULL;
     for (size_t i = 0; i < n; i++)
         if (wf->needs[i].found_size == UINT64_MAX)

@@ -254,7 +254,8 @@ void stage_wait_sweep(struct stage *st, const char *key);
 int stage_sync(struct stage *st, const char *dir);
 
 /* 1 if name (a last component) is published only after the files it names:
- * ".metadata" and "*.metadata" (newer DCP writes one per rank). */
+ * ".metadata" and "*.metadata" (newer DCP writes one per rank), and a
+ * Hugging Face "*.safetensors.index.json" (its weight_map's files). */
 int is_commit_name(const char *name);
 
 /* Counters and current state. */

@@ -30,7 +30,14 @@ void wfile_staging_name(uint64_t id, char name[32])
 int wfile_is_commit_name(const char *name)
 {
     size_t n = strlen(name);
-    return n >= 9 && strcmp(name + n - 9, ".metadata") == 0;
+    return (n >= 9 && strcmp(name + n - 9, ".metadata") == 0) || wfile_is_hf_index_name(name);
+}
+
+int wfile_is_hf_index_name(const char *name)
+{
+    static const char suf[] = ".safetensors.index.json";
+    size_t n = strlen(name), k = sizeof suf - 1;
+    return n > k && strcmp(name + n - k, suf) == 0;
 }
 
 int wfile_is_hold_name(const char *name)

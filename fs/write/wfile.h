@@ -180,8 +180,14 @@ struct stage {
 void wfile_staging_name(uint64_t id, char name[32]);
 
 /* 1 if name (a last component) is published only after the files it names
- * (".metadata", "*.metadata"): what stage.h's is_commit_name answers. */
+ * (".metadata", "*.metadata", "*.safetensors.index.json"): what stage.h's
+ * is_commit_name answers. */
 int wfile_is_commit_name(const char *name);
+
+/* 1 if name is a Hugging Face shard index ("model.safetensors.index.json",
+ * any "*.safetensors.index.json"): it names its .safetensors files in
+ * weight_map. */
+int wfile_is_hf_index_name(const char *name);
 
 /* 1 if name looks like a temporary that is renamed into place (*.tmp). */
 int wfile_is_hold_name(const char *name);

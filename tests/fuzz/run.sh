@@ -28,13 +28,16 @@ seed() { # target, files...
   done
 }
 shopt -s nullglob
+t2="$repo"/tests/fixtures/torch2 # real torch 2.6 / 2.14 checkpoints
 pickles=("$fix"/dcp-stub/*.metadata "$fix"/dcp-torch1.13/*/.metadata "$fix"/malformed/pkl_*.metadata
-         "$fix"/malformed/dcp_*.metadata "$fix"/malformed/*/.metadata)
+         "$fix"/malformed/dcp_*.metadata "$fix"/malformed/*/.metadata "$t2"/*/*/.metadata
+         "$t2"/*/*/__*.metadata)
 regress=("$repo"/tests/data/fuzz-regress/*) # inputs that once crashed: replayed first
 seed fuzz_pickle "${pickles[@]}" "${regress[@]}"
 seed fuzz_dcp "${pickles[@]}" "${regress[@]}"
 seed fuzz_safetensors "${regress[@]}" "$fix"/safetensors/*.safetensors "$fix"/safetensors/*/*.safetensors \
-  "$fix"/safetensors/*/*.json "$fix"/malformed/st_*.safetensors
+  "$fix"/safetensors/*/*.json "$fix"/malformed/st_*.safetensors "$t2"/*/*/*.safetensors \
+  "$t2"/*/*/*/*.safetensors "$t2"/*/*/*.json "$repo"/tests/fuzz/seeds/hf-index/*.json
 seed fuzz_journal "$repo"/tests/data/journal/*.rec
 
 status=0

@@ -186,6 +186,12 @@ static json_t *dump_dcp(const struct admin_opts *o, struct admin_src *src, const
     json_t *j = json_object();
     json_object_set_new(j, "format", json_string("dcp"));
     json_object_set_new(j, "source", json_bytes(c->source));
+    if (d->nmetadata_files) { /* one checkpoint from per-rank __R.metadata files */
+        json_t *mf = json_array();
+        for (uint32_t i = 0; i < d->nmetadata_files; i++)
+            json_array_append_new(mf, json_bytes(d->metadata_files[i]));
+        json_object_set_new(j, "metadata_files", mf);
+    }
     json_object_set_new(j, "pickle_protocol", json_integer(d->protocol));
     json_object_set_new(j, "writer_style",
                         json_pack("{s:o,s:o}", "enum", json_bytes(d->enum_style), "path",
