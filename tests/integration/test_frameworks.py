@@ -195,12 +195,20 @@ def check_other_mount(chroot_mounter, store, m, run, want, what):
     """Once m's writes are on the store, a second mount (fresh cache) sees the same
     checkpoints, files and `ls -t` order; so does the store itself."""
     m.sync()
+    mine = mtimes(m.p(run))
     other = chroot_mounter(store)
     check_listing(other, run, want, f"{what}, another mount")
     for name in want:
         assert files_of(other.p(f"{run}/{name}")) == files_of(m.p(f"{run}/{name}")), name
+    theirs = mtimes(other.p(run))
     assert stored_checkpoints(store, run) == want, f"{what}: the store's checkpoints"
     other.close()
+    # a directory's time does not move while nothing below it changes (no "now"), and is
+    # the same on every mount up to the store's resolution (whole seconds on s3rver)
+    assert mtimes(m.p(run)) == mine, f"{what}: directory times moved: {mine} then {mtimes(m.p(run))}"
+    for name in want:
+        assert abs(mine[name] - theirs[name]) < 1.0, f"{what}: {name}: {mine} here, {theirs} there"
+    print(f"{what}: mtimes {mine} (writing mount), {theirs} (another mount)")
 
 
 TRAINER_CASES = [case("s3", "staged", False), case("dir", "remote", False),
