@@ -246,7 +246,7 @@ def test_trainer_rotation_and_resume_through_fresh_mount(torch2, hf, chroot_moun
     assert r2["final_sha"] == ref["final_sha"], (
         "the run resumed through a fresh mount does not end with the weights of an "
         "uninterrupted run (model, optimizer, scheduler, RNG or data position not restored)")
-    print(f"trainer {fw_store.kind}/{fsync}: first run {r1['seconds']:.1f} s, resumed "
+    print(f"trainer {type(fw_store).__name__} --fsync={fsync}: first run {r1['seconds']:.1f} s, resumed "
           f"{r2['seconds']:.1f} s (worker start-up {hf.startup_seconds:.1f} s)")
 
 
