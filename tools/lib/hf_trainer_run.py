@@ -12,10 +12,12 @@ JSON request per line on stdin and answers each with one line `@@ {JSON}` on std
 lines on stdout are the libraries' own). Requests:
 
   {"op": "train", "output_dir": D, "max_steps": N, "save_steps": 5, "save_total_limit": 2,
-   "resume": false | true | PATH, "gap": 1.05}
-      Trainer.train() with save_strategy="steps", sleeping `gap` s after each save (so
-      saves are >= 1 s apart: the rotation orders checkpoints by mtime, and falls back to
-      step numbers when they span < 1 s). Answers global_step, start_step (the step the
+   "resume": false | true | PATH, "gap": 1.05, "settle": false}
+      Trainer.train() with save_strategy="steps", sleeping `gap` s after each save but the
+      last (so saves are >= 1 s apart: the rotation orders checkpoints by mtime, and
+      falls back to step numbers when they span < 1 s); with settle, first waiting until
+      the checkpoint is on the store (the ckptfs user.ckptfs.sync xattr), so that the
+      store's own times, whole seconds on s3rver, are >= 1 s apart too. Answers global_step, start_step (the step the
       run began at: the checkpoint's when resuming), start_sha (the weights when the first
       step began: the checkpoint's when resuming), final_sha, saves ([{step, dirs}]: the
       checkpoint folders left after each save's rotation, sorted by step), seconds.
@@ -108,6 +110,7 @@ def train(req):
 
     out_dir = req["output_dir"]
     gap = float(req.get("gap", 1.05))
+    settle = bool(req.get("settle"))
     saves = []
     began = {}
 
@@ -120,7 +123,11 @@ def train(req):
         def on_save(self, args, state, control, **kw):
             # called after the save and its rotation
             saves.append({"step": state.global_step, "dirs": checkpoint_dirs(out_dir)})
-            time.sleep(gap)
+            newest = os.path.join(out_dir, f"checkpoint-{state.global_step}")
+            if settle and os.path.isdir(newest):  # (a wrong rotation may have deleted it)
+                os.getxattr(newest, "user.ckptfs.sync")  # on the store before the gap
+            if state.global_step < state.max_steps:
+                time.sleep(gap)
 
     args = TrainingArguments(
         output_dir=out_dir, max_steps=int(req["max_steps"]), save_strategy="steps",
