@@ -133,6 +133,10 @@ static int prefetch_items(struct core *core, struct core_file *f, uint64_t off, 
     if (n == 0) /* a load's first reads may come before its index: no guesses then */
         return ckindex_building(core->index, path);
     struct prefetch_span cur = {sp[0].offset, sp[0].length};
+    struct ckindex_span at;
+    if (probe != off && ckindex_items(core->index, path, off, 0, &at, 1) == 1 &&
+        prefetch_ambiguous(off, (struct prefetch_span){at.offset, at.length}, cur))
+        return 1; /* which item the read is for is unknown: its own bytes only */
     uint64_t budget = prefetch_budget(&f->pf, cur);
     if (budget) {
         /* The index may be rebuilt in between: use the longer answer only if

@@ -44,6 +44,13 @@ int prefetch_read(struct prefetch *p, uint64_t off, uint64_t len, uint64_t *prob
     return !p->sequential || off + len - p->item_start > p->overshoot;
 }
 
+int prefetch_ambiguous(uint64_t off, struct prefetch_span at, struct prefetch_span cur)
+{
+    if (at.offset == cur.offset && at.length == cur.length)
+        return 0; /* the page is in one item */
+    return at.offset >= off || at.offset + at.length < cur.offset;
+}
+
 int prefetch_planned(const struct prefetch *p)
 {
     return p->planned;

@@ -218,3 +218,21 @@ Test(prefetch, readahead_stream_resumed_after_other_reads_is_tentative)
     cr_assert(!s.fetched[41], "the resumed readahead stream fetched the next item whole");
     cr_assert_eq(s.bytes, ITEM);
 }
+
+/* torch 2.x saves a norm weight of a few KiB between large tensors: a read of
+ * the norm's page-aligned start also reaches into the large tensor after it.
+ * Which of the two the reader is after is unknown: nothing is fetched whole. */
+Test(prefetch, page_holding_a_small_item_and_the_next_start_is_ambiguous)
+{
+    struct prefetch_span before = {0, 13636208}; /* ends 3.4 KiB into the page */
+    struct prefetch_span norm = {13636208, 3228};
+    struct prefetch_span next = {13639436, 1049756};
+    uint64_t page = 13635584;                          /* the page of norm's start */
+    cr_assert(prefetch_ambiguous(page, before, next)); /* norm lies between them */
+    /* a small item at the page start, the next item at the page end */
+    cr_assert(prefetch_ambiguous(13639680, (struct prefetch_span){13639680, 1000},
+                                 (struct prefetch_span){13640680, 1u << 20}));
+    /* the page of an item's start holds the end of the item before it: that item */
+    cr_assert_not(prefetch_ambiguous(page, before, norm));
+    cr_assert_not(prefetch_ambiguous(page, next, next));
+}
