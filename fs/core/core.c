@@ -124,8 +124,12 @@ static int prefetch_items(struct core *core, struct core_file *f, uint64_t off, 
 {
     if (!core->index)
         return 0;
-    uint64_t probe;
-    if (!prefetch_read(&f->pf, off, len, &probe))
+    /* A read past cached bytes after a stream's end continues that stream:
+     * the kernel skipped pages another rank's reads brought in. */
+    uint64_t probe, from = prefetch_stream_before(&f->pf, off, f->pf.overshoot);
+    if (!from || !cache_has(core->cache, f->obj, from, off))
+        from = off;
+    if (!prefetch_read_after(&f->pf, off, len, from, &probe))
         return prefetch_planned(&f->pf);
     struct ckindex_span sp[64];
     const char *path = cache_obj_path(f->obj);

@@ -81,6 +81,17 @@ int prefetch_read(struct prefetch *p, uint64_t off, uint64_t len, uint64_t *prob
  * before it (at ends where cur begins). */
 int prefetch_ambiguous(uint64_t off, struct prefetch_span at, struct prefetch_span cur);
 
+/* The nearest end of a remembered read stream before off, at most within
+ * bytes before it (0: none). If the bytes between are cached, the kernel
+ * skipped them (another reader of the file brought them into the page cache)
+ * and a read at off continues that stream: see prefetch_read_after(). */
+uint64_t prefetch_stream_before(const struct prefetch *p, uint64_t off, uint64_t within);
+
+/* prefetch_read() of a read at off that continues the stream that ended at
+ * from (from <= off; from == off: prefetch_read()). */
+int prefetch_read_after(struct prefetch *p, uint64_t off, uint64_t len, uint64_t from,
+                        uint64_t *probe);
+
 /* 1 if the item last entered was fetched here (the readahead is not needed). */
 int prefetch_planned(const struct prefetch *p);
 

@@ -236,3 +236,32 @@ Test(prefetch, page_holding_a_small_item_and_the_next_start_is_ambiguous)
     cr_assert_not(prefetch_ambiguous(page, before, norm));
     cr_assert_not(prefetch_ambiguous(page, next, next));
 }
+
+/* Ranks share the page cache: when another rank's read brought in the pages
+ * after this reader's stream end, the kernel's next read for this reader
+ * starts past them. prefetch_stream_before() finds that stream; a read that
+ * continues it past the skipped bytes is tentative like any overshoot. */
+Test(prefetch, read_past_pages_another_reader_brought_in_continues_the_stream)
+{
+    struct prefetch p;
+    prefetch_init(&p, 256 * MiB, OVERSHOOT);
+    uint64_t probe, end = 5 * ITEM - 4 * KiB;
+    cr_assert(prefetch_read(&p, 5 * ITEM - 8 * KiB, 4 * KiB, &probe)); /* item 4's end */
+    struct prefetch_span none[1];
+    prefetch_enter(&p, item(4), none, 0, none);
+    cr_assert_eq(prefetch_stream_before(&p, end + 132 * KiB, OVERSHOOT), end);
+    cr_assert_eq(prefetch_stream_before(&p, end + OVERSHOOT + 1, OVERSHOOT), 0);
+    cr_assert_eq(prefetch_stream_before(&p, end - 1, OVERSHOOT), 0);
+    /* continues the stream (the 132 KiB between are cached): item 5 is tentative */
+    cr_assert(prefetch_read_after(&p, end + 132 * KiB, 128 * KiB, end, &probe));
+    struct prefetch_span out[2];
+    cr_assert_eq(prefetch_enter(&p, item(5), none, 0, out), 0);
+    cr_assert_not(prefetch_confirmed(&p));
+    /* the same read taken as a jump enters item 5 and fetches it whole */
+    struct prefetch q;
+    prefetch_init(&q, 256 * MiB, OVERSHOOT);
+    cr_assert(prefetch_read(&q, 5 * ITEM - 8 * KiB, 4 * KiB, &probe));
+    prefetch_enter(&q, item(4), none, 0, none);
+    cr_assert(prefetch_read(&q, end + 132 * KiB, 128 * KiB, &probe));
+    cr_assert_eq(prefetch_enter(&q, item(5), none, 0, out), 1);
+}
