@@ -124,8 +124,12 @@ static int prefetch_items(struct core *core, struct core_file *f, uint64_t off, 
 {
     if (!core->index)
         return 0;
-    uint64_t probe;
-    if (!prefetch_read(&f->pf, off, len, &probe))
+    /* A read past cached bytes after a stream's end continues that stream:
+     * the kernel skipped pages another rank's reads brought in. */
+    uint64_t probe, from = prefetch_stream_before(&f->pf, off, f->pf.overshoot);
+    if (!from || !cache_has(core->cache, f->obj, from, off))
+        from = off;
+    if (!prefetch_read_after(&f->pf, off, len, from, &probe))
         return prefetch_planned(&f->pf);
     struct ckindex_span sp[64];
     const char *path = cache_obj_path(f->obj);
@@ -133,6 +137,10 @@ static int prefetch_items(struct core *core, struct core_file *f, uint64_t off, 
     if (n == 0) /* a load's first reads may come before its index: no guesses then */
         return ckindex_building(core->index, path);
     struct prefetch_span cur = {sp[0].offset, sp[0].length};
+    struct ckindex_span at;
+    if (probe != off && ckindex_items(core->index, path, off, 0, &at, 1) == 1 &&
+        prefetch_ambiguous(off, (struct prefetch_span){at.offset, at.length}, cur))
+        return 1; /* which item the read is for is unknown: its own bytes only */
     uint64_t budget = prefetch_budget(&f->pf, cur);
     if (budget) {
         /* The index may be rebuilt in between: use the longer answer only if

@@ -1042,6 +1042,19 @@ void cache_release_behind(struct cache *c, struct cache_obj *o, uint64_t from, u
     }
 }
 
+int cache_has(struct cache *c, struct cache_obj *o, uint64_t from, uint64_t to)
+{
+    if (from >= to)
+        return 0;
+    uint64_t bs = c->cfg.block_size;
+    cache_lock(c);
+    int all = 1;
+    for (uint64_t idx = from / bs; idx <= (to - 1) / bs && all; idx++)
+        all = block_find(c, o, idx) != NULL;
+    cache_unlock(c);
+    return all;
+}
+
 void cache_cancel(struct cache *c)
 {
     if (c)

@@ -130,6 +130,11 @@ uint64_t cache_prefetch_ahead(struct cache *c, struct cache_obj *o, uint64_t off
 uint64_t cache_prefetch_split(struct cache *c, struct cache_obj *o, uint64_t off, uint64_t len,
                               uint32_t request);
 
+/* 1 if every block holding a byte of [from, to) of o is cached or being
+ * fetched (from < to), 0 otherwise: bytes the kernel may have in its page
+ * cache, so a reader's next read can skip them. */
+int cache_has(struct cache *c, struct cache_obj *o, uint64_t from, uint64_t to);
+
 void cache_get_stats(struct cache *c, struct cache_stats *out);
 
 /* Whether the calling thread holds c's lock: for the cache's own asserts,

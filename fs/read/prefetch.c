@@ -18,13 +18,28 @@ static int inside(const struct prefetch *p, uint64_t off)
     return p->item_end > 0 && off >= p->item_start && off < p->item_end;
 }
 
+uint64_t prefetch_stream_before(const struct prefetch *p, uint64_t off, uint64_t within)
+{
+    uint64_t best = 0;
+    for (int i = 0; i < PREFETCH_ENDS; i++)
+        if (p->ends[i] > 0 && p->ends[i] < off && off - p->ends[i] <= within && p->ends[i] > best)
+            best = p->ends[i];
+    return best;
+}
+
 int prefetch_read(struct prefetch *p, uint64_t off, uint64_t len, uint64_t *probe)
 {
-    assert(len > 0);
+    return prefetch_read_after(p, off, len, off, probe);
+}
+
+int prefetch_read_after(struct prefetch *p, uint64_t off, uint64_t len, uint64_t from,
+                        uint64_t *probe)
+{
+    assert(len > 0 && from <= off);
     /* One slot per stream: a read that continues one moves its end. */
     int slot = -1;
     for (int i = 0; i < PREFETCH_ENDS && slot < 0; i++)
-        if (off > 0 && p->ends[i] == off)
+        if (from > 0 && p->ends[i] == from)
             slot = i;
     p->sequential = slot >= 0;
     if (slot < 0) {
@@ -42,6 +57,13 @@ int prefetch_read(struct prefetch *p, uint64_t off, uint64_t len, uint64_t *prob
     /* A tentative item is confirmed by a read that does not continue the
      * previous one, or that goes further into it than readers overshoot. */
     return !p->sequential || off + len - p->item_start > p->overshoot;
+}
+
+int prefetch_ambiguous(uint64_t off, struct prefetch_span at, struct prefetch_span cur)
+{
+    if (at.offset == cur.offset && at.length == cur.length)
+        return 0; /* the page is in one item */
+    return at.offset >= off || at.offset + at.length < cur.offset;
 }
 
 int prefetch_planned(const struct prefetch *p)

@@ -69,6 +69,29 @@ void prefetch_init(struct prefetch *p, uint64_t max_item, uint64_t overshoot);
  * (prefetch_planned() says who handles it). */
 int prefetch_read(struct prefetch *p, uint64_t off, uint64_t len, uint64_t *probe);
 
+/* The read prefetch_read() announced at off (page-aligned by the kernel) starts
+ * in item at and its first page reaches into item cur (the item holding the
+ * probe). Returns 1 if that page may be for an item other than cur: one
+ * starts at off (at itself, smaller than a page) or between at's end and
+ * cur's start (a small item wholly inside the page, e.g. a norm weight's
+ * few KiB saved by torch 2.x between large tensors). Then which item the
+ * reader is after is unknown: the read fetches its own bytes and enters
+ * nothing (the reader's next read, e.g. torch's seek to the item's end,
+ * says). 0 for the page of an item's start holding the end of the item
+ * before it (at ends where cur begins). */
+int prefetch_ambiguous(uint64_t off, struct prefetch_span at, struct prefetch_span cur);
+
+/* The nearest end of a remembered read stream before off, at most within
+ * bytes before it (0: none). If the bytes between are cached, the kernel
+ * skipped them (another reader of the file brought them into the page cache)
+ * and a read at off continues that stream: see prefetch_read_after(). */
+uint64_t prefetch_stream_before(const struct prefetch *p, uint64_t off, uint64_t within);
+
+/* prefetch_read() of a read at off that continues the stream that ended at
+ * from (from <= off; from == off: prefetch_read()). */
+int prefetch_read_after(struct prefetch *p, uint64_t off, uint64_t len, uint64_t from,
+                        uint64_t *probe);
+
 /* 1 if the item last entered was fetched here (the readahead is not needed). */
 int prefetch_planned(const struct prefetch *p);
 

@@ -218,3 +218,50 @@ Test(prefetch, readahead_stream_resumed_after_other_reads_is_tentative)
     cr_assert(!s.fetched[41], "the resumed readahead stream fetched the next item whole");
     cr_assert_eq(s.bytes, ITEM);
 }
+
+/* torch 2.x saves a norm weight of a few KiB between large tensors: a read of
+ * the norm's page-aligned start also reaches into the large tensor after it.
+ * Which of the two the reader is after is unknown: nothing is fetched whole. */
+Test(prefetch, page_holding_a_small_item_and_the_next_start_is_ambiguous)
+{
+    struct prefetch_span before = {0, 13636208}; /* ends 3.4 KiB into the page */
+    struct prefetch_span norm = {13636208, 3228};
+    struct prefetch_span next = {13639436, 1049756};
+    uint64_t page = 13635584;                          /* the page of norm's start */
+    cr_assert(prefetch_ambiguous(page, before, next)); /* norm lies between them */
+    /* a small item at the page start, the next item at the page end */
+    cr_assert(prefetch_ambiguous(13639680, (struct prefetch_span){13639680, 1000},
+                                 (struct prefetch_span){13640680, 1u << 20}));
+    /* the page of an item's start holds the end of the item before it: that item */
+    cr_assert_not(prefetch_ambiguous(page, before, norm));
+    cr_assert_not(prefetch_ambiguous(page, next, next));
+}
+
+/* Ranks share the page cache: when another rank's read brought in the pages
+ * after this reader's stream end, the kernel's next read for this reader
+ * starts past them. prefetch_stream_before() finds that stream; a read that
+ * continues it past the skipped bytes is tentative like any overshoot. */
+Test(prefetch, read_past_pages_another_reader_brought_in_continues_the_stream)
+{
+    struct prefetch p;
+    prefetch_init(&p, 256 * MiB, OVERSHOOT);
+    uint64_t probe, end = 5 * ITEM - 4 * KiB;
+    cr_assert(prefetch_read(&p, 5 * ITEM - 8 * KiB, 4 * KiB, &probe)); /* item 4's end */
+    struct prefetch_span none[1];
+    prefetch_enter(&p, item(4), none, 0, none);
+    cr_assert_eq(prefetch_stream_before(&p, end + 132 * KiB, OVERSHOOT), end);
+    cr_assert_eq(prefetch_stream_before(&p, end + OVERSHOOT + 1, OVERSHOOT), 0);
+    cr_assert_eq(prefetch_stream_before(&p, end - 1, OVERSHOOT), 0);
+    /* continues the stream (the 132 KiB between are cached): item 5 is tentative */
+    cr_assert(prefetch_read_after(&p, end + 132 * KiB, 128 * KiB, end, &probe));
+    struct prefetch_span out[2];
+    cr_assert_eq(prefetch_enter(&p, item(5), none, 0, out), 0);
+    cr_assert_not(prefetch_confirmed(&p));
+    /* the same read taken as a jump enters item 5 and fetches it whole */
+    struct prefetch q;
+    prefetch_init(&q, 256 * MiB, OVERSHOOT);
+    cr_assert(prefetch_read(&q, 5 * ITEM - 8 * KiB, 4 * KiB, &probe));
+    prefetch_enter(&q, item(4), none, 0, none);
+    cr_assert(prefetch_read(&q, end + 132 * KiB, 128 * KiB, &probe));
+    cr_assert_eq(prefetch_enter(&q, item(5), none, 0, out), 1);
+}
