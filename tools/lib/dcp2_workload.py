@@ -288,11 +288,11 @@ def rank_reader(FileSystemReader, path, saved_rank):
 
 def load_no_collectives(ctx, path, saved_world):
     """A use_collectives=False checkpoint has one metadata per saving rank naming only that
-    rank's shards, so it loads only at the world size that saved it (a resharded dcp.load
-    would leave the rows other ranks saved unread). Check it anyway at any world size:
-    each loading rank reads some saving ranks' metadata (no_dist) into full-size plain
-    tensors and compares the chunks that metadata names; together they must cover every
-    row of every tensor."""
+    rank's shards, and dcp.load reads only the loading rank's own __R.metadata: it is made
+    for a load at the world size that saved it. Check it at any world size: each loading
+    rank reads some saving ranks' metadata (no_dist) into full-size plain tensors and
+    compares the chunks that metadata names; together they must cover every row of every
+    tensor."""
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint import FileSystemReader
