@@ -118,11 +118,28 @@ def pytest_runtest_makereport(item, call):
     outcome = yield
     rep = outcome.get_result()
     if rep.when == "call" and rep.failed:
-        tmp = item.funcargs.get("tmp_path")
-        if tmp and os.path.isdir(tmp):
-            for name in sorted(os.listdir(tmp)):
+        # the test's tmp_path, and the folder of any fixture value that names one as
+        # `ckptfs_logdir` (chroot_mounter's mounts live inside the torch chroot)
+        dirs = [item.funcargs.get("tmp_path")]
+        dirs += [getattr(v, "ckptfs_logdir", None) for v in item.funcargs.values()]
+        for d in dict.fromkeys(str(d) for d in dirs if d):
+            if not os.path.isdir(d):
+                continue
+            for name in sorted(os.listdir(d)):
                 if name.startswith("ckptfs-") and name.endswith(".log"):
-                    rep.sections.append((f"daemon log {name} (tail)", harness.tail(os.path.join(tmp, name), 40)))
+                    rep.sections.append((f"daemon log {name} (tail)", harness.tail(os.path.join(d, name), 40)))
+
+
+def pytest_terminal_summary(terminalreporter):
+    # what test modules left in harness.SUMMARY (e.g. the torch 2.x blocked times)
+    titles = {}
+    for title, line in harness.SUMMARY:
+        titles.setdefault(title, []).append(line)
+    for title, lines in titles.items():
+        terminalreporter.section(title.split(":")[0], sep="-")
+        terminalreporter.write_line(title)
+        for line in lines:
+            terminalreporter.write_line(line)
 
 
 # --------------------------------------------------------------------------- Ceph radosgw
@@ -215,6 +232,7 @@ def chroot_mounter(torch2, request):
         mounts.append(m)
         return m.start()
 
+    make.ckptfs_logdir = work  # the failure report shows these daemons' logs
     yield make
 
     problems = []

@@ -48,6 +48,11 @@ SANITIZER_MARKERS = (
 )
 
 
+# (title, line) pairs a test module adds (e.g. timings); conftest prints them, grouped by
+# title, at the end of the run
+SUMMARY = []
+
+
 class HarnessError(AssertionError):
     """A failure of the thing under test seen by the harness (fails the test)."""
 
