@@ -298,12 +298,23 @@ static int locate_raw_items(const struct ckpt_io *io, const char *dir, struct ck
     for (uint32_t f = 0; f < c->nfiles; f++) {
         struct ckpt_file *fi = &c->files[f];
         uint64_t base = UINT64_MAX;
+        uint32_t nraw = 0, nshared = 0;
         for (uint32_t k = 0; k < fi->nitems; k++) {
             const struct ckpt_item *it = &c->items[fi->items[k]];
-            if (item_is_raw(c, it) && it->offset < base)
+            if (!item_is_raw(c, it))
+                continue;
+            nraw++;
+            if (it->offset < base) {
                 base = it->offset;
+                nshared = 0;
+            }
+            nshared += it->offset == base;
         }
-        if (base == UINT64_MAX || fi->present != 1)
+        /* The format's mark: its tensors share one recorded offset; a file
+         * with one tensor is probed only when the .metadata has a version
+         * (torch >= 2.9), so raw items of older layouts cost no read. */
+        int looks_like_blob = nshared >= 2 || (nraw == 1 && c->dcp.has_version);
+        if (!looks_like_blob || fi->present != 1)
             continue;
         char *p = ckpt_path_join(dir, fi->name);
         if (!p)
