@@ -61,27 +61,37 @@ def store(request, tmp_path):
     return harness.DirStore(str(tmp_path / "store"))
 
 
-@pytest.fixture
-def mounter(tmp_path, request):
+def mount_maker(workdir):
+    """A mounter for one test: (make, close_all). make(store, *args, endpoint=None, env=None,
+    **kw) starts a Mount in workdir; close_all() unmounts them all and fails the test if a
+    daemon misbehaved."""
     mounts = []
 
     def make(store, *args, endpoint=None, env=None, **kw):
         extra = store.mount_args(endpoint) if isinstance(store, harness.S3Store) else store.mount_args()
-        m = harness.Mount(store.url, str(tmp_path), args=[*extra, *args],
+        m = harness.Mount(store.url, workdir, args=[*extra, *args],
                           env={**store.mount_env(), **(env or {})}, **kw)
         mounts.append(m)
         return m.start()
 
-    yield make
+    def close_all():
+        problems = []
+        for m in reversed(mounts):
+            try:
+                m.close()
+            except harness.HarnessError as e:
+                problems.append(str(e))
+        if problems:
+            pytest.fail("daemon problem at unmount:\n" + "\n\n".join(problems), pytrace=False)
 
-    problems = []
-    for m in reversed(mounts):
-        try:
-            m.close()
-        except harness.HarnessError as e:
-            problems.append(str(e))
-    if problems:
-        pytest.fail("daemon problem at unmount:\n" + "\n\n".join(problems), pytrace=False)
+    return make, close_all
+
+
+@pytest.fixture
+def mounter(tmp_path):
+    make, close_all = mount_maker(str(tmp_path))
+    yield make
+    close_all()
 
 
 @pytest.fixture
@@ -222,24 +232,8 @@ def torch2(request):
 
 @pytest.fixture
 def chroot_mounter(torch2, request):
-    mounts = []
     work = torch2.workdir(request.node.name)
-
-    def make(store, *args, endpoint=None, env=None, **kw):
-        extra = store.mount_args(endpoint) if isinstance(store, harness.S3Store) else store.mount_args()
-        m = harness.Mount(store.url, work, args=[*extra, *args],
-                          env={**store.mount_env(), **(env or {})}, **kw)
-        mounts.append(m)
-        return m.start()
-
+    make, close_all = mount_maker(work)
     make.ckptfs_logdir = work  # the failure report shows these daemons' logs
     yield make
-
-    problems = []
-    for m in reversed(mounts):
-        try:
-            m.close()
-        except harness.HarnessError as e:
-            problems.append(str(e))
-    if problems:
-        pytest.fail("daemon problem at unmount:\n" + "\n\n".join(problems), pytrace=False)
+    close_all()
