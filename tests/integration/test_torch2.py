@@ -32,12 +32,12 @@ All combinations but two are marked `matrix` (release run only, tools/test).
 import json
 import os
 import re
-import threading
 import time
 
 import pytest
 
 import harness
+from storepoll import StorePoller, versions
 
 WORKLOAD = os.path.join(harness.REPO_ROOT, "tools", "lib", "dcp2_workload.py")
 SAVE_CASES = ("dtensor", "async_thread", "async_process", "threads2", "zstd", "hf",
@@ -78,76 +78,7 @@ def combo(request):
     return request.param
 
 
-# --------------------------------------------------------------------------- the poller
-
-
-def listing(store, prefix):
-    """{key: (size, signature)} of every object below prefix, from one listing (the
-    signature changes when a new version is stored: ETag on S3, mtime and inode in a dir)."""
-    out = {}
-    if store.kind == "dir":
-        base = os.path.join(store.root, prefix)
-        for d, _, files in os.walk(base):
-            for f in files:
-                p = os.path.join(d, f)
-                try:
-                    st = os.stat(p)
-                except FileNotFoundError:
-                    continue
-                out[os.path.relpath(p, store.root)] = (st.st_size, (st.st_mtime_ns, st.st_ino))
-        return out
-    full = store.key(prefix)
-    strip = len(store.prefix) + 1 if store.prefix else 0
-    for page in store.s3.get_paginator("list_objects_v2").paginate(Bucket=store.bucket, Prefix=full):
-        for o in page.get("Contents", []):
-            out[o["Key"][strip:]] = (o["Size"], o["ETag"])
-    return out
-
-
-class Poller:
-    """Lists the store below prefix while a save runs and keeps, per key, the listings in
-    which each new (size, signature) was first seen. `final_from(key)` is the first
-    listing showing the object's final version (it did not change after)."""
-
-    def __init__(self, store, prefix, interval=0.05):
-        self.store, self.prefix, self.interval = store, prefix, interval
-        self.hist = {}  # key -> [(listing, size, sig)]
-        self.listings = 0
-        self.errors = []
-        self.stop = threading.Event()
-        self.t = threading.Thread(target=self.loop, daemon=True, name="t2-poller")
-
-    def poll(self):
-        self.listings += 1
-        for k, (size, sig) in listing(self.store, self.prefix).items():
-            if ".ckptfs-upload." in k:
-                continue
-            h = self.hist.setdefault(k, [])
-            if not h or h[-1][1:] != (size, sig):
-                h.append((self.listings, size, sig))
-
-    def loop(self):
-        while not self.stop.is_set():
-            try:
-                self.poll()
-            except Exception as e:  # noqa: BLE001 - a listing failed: kept, reported
-                self.errors.append(repr(e))
-            time.sleep(self.interval)
-
-    def __enter__(self):
-        self.t.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.stop.set()
-        self.t.join(30)
-        self.poll()  # the final state
-
-    def final_from(self, key):
-        return self.hist[key][-1][0] if key in self.hist else None
-
-    def sizes_seen(self, key):
-        return [s for _, s, _ in self.hist.get(key, [])]
+# --------------------------------------------------------------------------- commit files
 
 
 def named_files(store, commit, keys):
@@ -255,7 +186,7 @@ def run(torch2, combo, request, tmp_path_factory):
     try:
         os.makedirs(m.p(ROOT))
         local = os.path.join(work, "local")  # a folder in the chroot: the local disk
-        with Poller(store, ROOT) as poll:
+        with StorePoller(store, ROOT, interval=0.05) as poll:
             r.save, r.save_msg = run_workload(
                 torch2, wl, "save", torch2.inside(m.p(ROOT)), "--world", "4",
                 "--local-root", torch2.inside(local))
@@ -270,7 +201,7 @@ def run(torch2, combo, request, tmp_path_factory):
         if r.save is None:
             r.failure = r.save_msg
             return r
-        r.keys = {k: s for k, (s, _) in listing(store, ROOT).items()}
+        r.keys = {k: s for k, (s, _) in versions(store, ROOT).items()}
         saved = [c for c in SAVE_CASES if r.save["cases"].get(c, {}).get("status") == "ok"]
 
         t1 = time.monotonic()

@@ -11,12 +11,12 @@ import json
 import os
 import shutil
 import subprocess
-import threading
 import time
 
 import pytest
 
 import harness
+from storepoll import StorePoller
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 FIX = os.path.join(REPO, "tests", "fixtures", "torch2")
@@ -174,41 +174,6 @@ if __name__ == "__main__":
 '''
 
 
-class FirstSeen:
-    """Polls a prefix of the store while a save runs: the listing in which each key first
-    appears (keys first seen in one listing count as simultaneous)."""
-
-    def __init__(self, store, prefix):
-        self.store, self.prefix, self.first, self.n = store, prefix, {}, 0
-        self.stop = threading.Event()
-        self.t = threading.Thread(target=self.run, daemon=True)
-
-    def poll(self):
-        self.n += 1
-        for k in self.store.keys(self.prefix):
-            if ".ckptfs-upload." not in k:
-                self.first.setdefault(k, self.n)
-
-    def run(self):
-        while not self.stop.is_set():
-            self.poll()
-            time.sleep(0.01)
-
-    def __enter__(self):
-        self.t.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.stop.set()
-        self.t.join(10)
-        self.poll()  # what landed after the last listing (the sync waited for it)
-
-    def not_before(self, commit, needed):
-        """The needed keys that were not listed when (or before) commit first was."""
-        assert commit in self.first, f"{commit} never reached the store: {sorted(self.first)}"
-        return [k for k in needed if self.first.get(k, 1 << 30) > self.first[commit]]
-
-
 def run_trainer(torch2, what, path):
     script = os.path.join(torch2.work, "t2_commit_trainer.py")
     with open(script, "w") as f:
@@ -245,13 +210,13 @@ def test_hf_index_json_published_last(torch2, chroot_mounter, s3server, s3_store
     if torch2.version != "2.14":
         pytest.skip("HuggingFaceStorageWriter is torch >= 2.8")
     m = slow_mount(chroot_mounter, s3server, s3_store, faultproxy)
-    with FirstSeen(s3_store, "hf") as seen:
+    with StorePoller(s3_store, "hf", interval=0.01) as seen:
         run_trainer(torch2, "hf", m.p("hf"))
         m.sync("hf")
     with open(m.p("hf/model.safetensors.index.json")) as f:
         names = set(json.load(f)["weight_map"].values())
     assert len(names) == 3
-    late = seen.not_before("hf/model.safetensors.index.json", ["hf/" + n for n in names])
+    late = seen.listed_after("hf/model.safetensors.index.json", ["hf/" + n for n in names])
     assert not late, f"model.safetensors.index.json was listed before {late}"
 
 
@@ -264,16 +229,16 @@ def test_per_rank_metadata_waits_for_its_shards(torch2, chroot_mounter, s3server
     if torch2.version != "2.14":
         pytest.skip("use_collectives=False is torch >= 2.9")
     m = slow_mount(chroot_mounter, s3server, s3_store, faultproxy)
-    with FirstSeen(s3_store, "pr") as seen:
+    with StorePoller(s3_store, "pr", interval=0.01) as seen:
         run_trainer(torch2, "per_rank", m.p("pr"))
         m.sync("pr")
-    metas = sorted(k for k in seen.first if k.endswith(".metadata"))
-    assert metas == ["pr/__%d.metadata" % r for r in range(4)], sorted(seen.first)
+    metas = sorted(k for k in seen.seen() if k.endswith(".metadata"))
+    assert metas == ["pr/__%d.metadata" % r for r in range(4)], sorted(seen.seen())
     for r in range(4):
         own = admin_json("dump", m.p("pr/__%d.metadata" % r))
         shards = sorted({"pr/" + s["relative_path"] for s in own["storage"]})
         assert shards, own
-        late = seen.not_before("pr/__%d.metadata" % r, shards)
+        late = seen.listed_after("pr/__%d.metadata" % r, shards)
         assert not late, f"__{r}.metadata was listed before {late}"
     ins = admin_json("inspect", m.p("pr"))
     assert ins["world_size"] == 4 and len(ins["files"]) == 4

@@ -9,12 +9,11 @@ import json
 import os
 import subprocess
 import sys
-import threading
-import time
 
 import pytest
 
 import harness
+from storepoll import StorePoller
 
 WORKLOAD = os.path.join(harness.REPO_ROOT, "tools", "lib", "dcp_workload.py")
 PY = "/usr/bin/python3"
@@ -28,47 +27,19 @@ def workload(op, path, *extra, timeout=600):
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-class Poller:
-    """Watches a checkpoint directory on the store while a save runs: the first listing
-    each key is in, and its size then. .metadata must not be in a listing that lacks a
-    shard, and no object may be seen before it has its final size."""
-
-    def __init__(self, store, ckpt):
-        self.store, self.ckpt = store, ckpt
-        self.first = {}  # key -> (time, size)
-        self.stop = threading.Event()
-        self.t = threading.Thread(target=self.run, daemon=True)
-
-    def run(self):
-        listing = 0
-        while not self.stop.is_set():
-            listing += 1  # keys first seen in the same listing count as simultaneous
-            for k in self.store.keys(self.ckpt):
-                if k not in self.first and ".ckptfs-upload." not in k:
-                    self.first[k] = (listing, self.store.size(k))
-            time.sleep(0.02)
-
-    def __enter__(self):
-        self.t.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.stop.set()
-        self.t.join(10)
-
-    def check(self):
-        meta = f"{self.ckpt}/.metadata"
-        final = {k: self.store.size(k) for k in self.store.keys(self.ckpt)}
-        shards = [k for k in final if k.endswith(".distcp")]
-        assert shards and meta in final, f"checkpoint incomplete on the store: {sorted(final)}"
-        if not self.store.shows_partial_objects:
-            partial = {k: (s, final[k]) for k, (_, s) in self.first.items()
-                       if k in final and s != final[k]}
-            assert not partial, f"objects seen before they were complete: {partial}"
-        if meta in self.first:
-            t_meta = self.first[meta][0]
-            late = [k for k in shards if self.first.get(k, (t_meta + 1,))[0] > t_meta]
-            assert not late, f".metadata appeared before these shards: {late}"
+def check_commit_order(store, poll, ckpt):
+    """.metadata was not in a listing that lacked a shard, and (on a store that shows
+    objects only whole) no object was seen before it had its final size."""
+    meta = f"{ckpt}/.metadata"
+    final = {k: store.size(k) for k in store.keys(ckpt)}
+    shards = [k for k in final if k.endswith(".distcp")]
+    assert shards and meta in final, f"checkpoint incomplete on the store: {sorted(final)}"
+    if not store.shows_partial_objects:
+        partial = {k: (poll.sizes_seen(k), final[k]) for k in final
+                   if any(s != final[k] for s in poll.sizes_seen(k))}
+        assert not partial, f"objects seen before they were complete: {partial}"
+    late = poll.listed_after(meta, shards)
+    assert not late, f".metadata appeared before these shards: {late}"
 
 
 def matrix_unless(*keep):
@@ -83,10 +54,10 @@ def matrix_unless(*keep):
 def test_dcp_save_then_load_through_a_fresh_mount(wstore, mounter, fsync, layout):
     extra = ["--per-rank"] if layout == "per-rank" else []
     mnt = mounter(wstore, f"--fsync={fsync}")
-    with Poller(wstore, "ck/step_1") as poll:
+    with StorePoller(wstore, "ck/step_1") as poll:
         save = workload("save", mnt.p("ck/step_1"), *extra)
         mnt.sync()
-    poll.check()
+    check_commit_order(wstore, poll, "ck/step_1")
     st = mnt.stats()["write"]
     assert st["commits"] == 1 and st["pending_files"] == 0, st
     assert st["copy_requests"] == 0 and st["delete_requests"] == 0, st  # .metadata.tmp renamed free
@@ -133,11 +104,11 @@ def test_two_mounts_as_two_nodes_commit_after_all_shards(wstore, mounter, fsync)
     b = mounter(wstore, f"--fsync={fsync}")
     ck = "two/step_5"
     dirs = [a.p(ck), a.p(ck), b.p(ck), b.p(ck)]
-    with Poller(wstore, ck) as poll:
+    with StorePoller(wstore, ck) as poll:
         save = workload("save", a.p(ck), "--rank-dirs", ",".join(dirs))
         b.sync()
         a.sync()
-    poll.check()
+    check_commit_order(wstore, poll, ck)
     assert a.stats()["write"]["commits"] == 1
     a.close()
     b.close()
