@@ -19,6 +19,7 @@ import subprocess
 import tempfile
 
 REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+RANKSPAWN = os.path.join(REPO_ROOT, "tools", "lib", "rankspawn.py")
 TORCH2 = {"2.6": "trixie", "2.14": "forky"}
 
 
@@ -86,9 +87,11 @@ class TorchChroot:
         return "/" + rel
 
     def inside_copy(self, host_file):
-        """Copy a file (e.g. tools/lib/dcp2_workload.py) into the chroot; its inside path."""
-        dest = os.path.join(self.work, os.path.basename(host_file))
-        shutil.copyfile(host_file, dest)
+        """Copy a file (e.g. tools/lib/dcp2_workload.py) into the chroot, with
+        tools/lib/rankspawn.py next to it (the workloads import it); its inside path."""
+        for f in (RANKSPAWN, host_file):
+            dest = os.path.join(self.work, os.path.basename(f))
+            shutil.copyfile(f, dest)
         return self.inside(dest)
 
     def run(self, args, env=None, timeout=600, **kw):

@@ -49,10 +49,11 @@ import argparse
 import datetime
 import json
 import os
-import socket
 import sys
 import time
 import traceback
+
+import rankspawn
 
 SAVE_CASES = ("dtensor", "async_thread", "async_process", "threads2", "zstd", "hf",
               "hf_consolidated", "no_collectives", "overwrite", "torch_save")
@@ -560,12 +561,6 @@ def merge(per_rank):
     return merged
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("op", choices=["save", "load"])
@@ -591,37 +586,14 @@ def main():
     unknown = [c for c in args.cases if c not in SAVE_CASES]
     if unknown:
         ap.error(f"unknown cases {unknown}")
-    import multiprocessing as mp
-
-    ctx = mp.get_context("spawn")
-    results = ctx.Queue()
-    port = free_port()
     t0 = time.monotonic()
-    procs = [ctx.Process(target=worker, args=(r, args.world, port, args, results))
-             for r in range(args.world)]
-    for p in procs:
-        p.start()
-    got = []
-    # drain while the ranks run (a large result would block a rank's exit on the pipe)
-    while len(got) < len(procs) and any(p.is_alive() for p in procs):
-        try:
-            got.append(results.get(timeout=0.5))
-        except Exception:  # noqa: BLE001 - queue.Empty
-            pass
-    for p in procs:
-        p.join()
-    while len(got) < len(procs):
-        try:
-            got.append(results.get(timeout=1))
-        except Exception:  # noqa: BLE001
-            break
+    got, codes = rankspawn.run_ranks(worker, args.world, args)
     head = {"op": args.op, "torch": got[0][1]["torch"] if got else None, "world": args.world,
             "seconds": round(time.monotonic() - t0, 3)}
     if args.then_world:
         head["then_world"] = args.then_world
-    bad = [p.exitcode for p in procs if p.exitcode != 0]
-    if bad or len(got) != len(procs):
-        print(json.dumps({**head, "error": f"ranks exited with {[p.exitcode for p in procs]}"}))
+    if any(codes) or len(got) != args.world:
+        print(json.dumps({**head, "error": f"ranks exited with {codes}"}))
         return 1
     got.sort(key=lambda g: g[0])
     extra = {"phases": got[0][1]["phases"]}

@@ -22,9 +22,10 @@ import dataclasses
 import datetime
 import json
 import os
-import socket
 import sys
 import time
+
+import rankspawn
 
 
 def _install_py311_shim():
@@ -173,12 +174,6 @@ def worker(rank, world, port, args, results):
         dist.destroy_process_group()
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("op", choices=["save", "load"])
@@ -206,22 +201,10 @@ def main():
     args.rank_dirs = args.rank_dirs.split(",") if args.rank_dirs else []
     if args.rank_dirs and len(args.rank_dirs) != args.world:
         ap.error("--rank-dirs needs one directory per rank")
-    import multiprocessing as mp
-
-    ctx = mp.get_context("spawn")
-    results = ctx.Queue()
-    port = free_port()
-    procs = [ctx.Process(target=worker, args=(r, args.world, port, args, results))
-             for r in range(args.world)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join()
-    bad = [p.exitcode for p in procs if p.exitcode != 0]
-    if bad:
-        print(json.dumps({"op": args.op, "error": f"ranks exited with {bad}"}))
+    res, codes = rankspawn.run_ranks(worker, args.world, args)
+    if any(codes) or len(res) != args.world:
+        print(json.dumps({"op": args.op, "error": f"ranks exited with {codes}"}))
         return 1
-    res = [results.get() for _ in procs]
     print(json.dumps({"op": args.op, "seconds": round(max(r[1] for r in res), 3),
                       "bytes": sum(r[2] for r in res), "world": args.world,
                       "items": res[0][3], "started": min(r[4] for r in res),
