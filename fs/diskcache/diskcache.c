@@ -1,0 +1,813 @@
+/*
+ * fs/diskcache/diskcache.c - the persistent cache of object versions: the
+ * catalogue (LMDB), the data files, checksums and the bounds (see
+ * diskcache.h). Write transactions and the in-memory totals are serialised by
+ * one mutex; reads use LMDB read transactions and run in parallel.
+ */
+#include "diskcache.h"
+
+#include "crc32c.h"
+#include "fdio.h"
+#include "log.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <lmdb.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <time.h>
+#include <unistd.h>
+
+#define CATALOG_MAP_SIZE (1ull << 30) /* virtual: ~20 M chunks of catalogue */
+
+struct diskcache {
+    char *dir;
+    int lock_fd;
+    MDB_env *env;
+    MDB_dbi objs, chunks, lru;
+    struct diskcache_config cfg;
+    pthread_mutex_t lock; /* write transactions, stats, held_bytes, objects */
+    pthread_t owner;      /* who holds lock (valid while held): for assertions */
+    struct diskcache_stats st;
+    int put_failure_logged;
+};
+
+/* An object's record: this head, then its path and etag (no terminators). */
+struct obj_head {
+    uint64_t size, held, last_use;
+    uint32_t path_len, etag_len;
+};
+
+struct chunk_rec {
+    uint32_t crc, len;
+};
+
+static void cache_lock(struct diskcache *dc)
+{
+    pthread_mutex_lock(&dc->lock);
+    dc->owner = pthread_self();
+}
+
+static void cache_unlock(struct diskcache *dc)
+{
+    assert(pthread_equal(dc->owner, pthread_self()));
+    dc->owner = (pthread_t)0;
+    pthread_mutex_unlock(&dc->lock);
+}
+
+#define assert_locked(dc) assert(pthread_equal((dc)->owner, pthread_self()))
+
+/* Take held bytes and one object off the totals (a removed object). */
+static void forget_object(struct diskcache *dc, uint64_t held)
+{
+    assert_locked(dc);
+    assert(dc->st.held_bytes >= held && dc->st.objects > 0);
+    dc->st.held_bytes -= held;
+    dc->st.objects--;
+}
+
+/* ---- identities and keys ------------------------------------------------- */
+
+static uint64_t fnv1a(uint64_t h, const void *p, size_t n)
+{
+    const unsigned char *c = p;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ c[i]) * 0x100000001b3ull;
+    return h;
+}
+
+static uint64_t version_id(const struct diskcache_version *v)
+{
+    uint64_t h = fnv1a(0xcbf29ce484222325ull, v->path, strlen(v->path) + 1);
+    h = fnv1a(h, v->etag, strlen(v->etag) + 1);
+    return fnv1a(h, &v->size, sizeof v->size);
+}
+
+static void be64(unsigned char *out, uint64_t x)
+{
+    for (int i = 7; i >= 0; i--, x >>= 8)
+        out[i] = (unsigned char)x;
+}
+
+static void be32(unsigned char *out, uint32_t x)
+{
+    for (int i = 3; i >= 0; i--, x >>= 8)
+        out[i] = (unsigned char)x;
+}
+
+/* Last-use times: wall-clock nanoseconds (they order the lru across restarts). */
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* A hit moves its object in the lru order at most this often (a write). */
+#define TOUCH_EVERY_NS 100000000ull
+
+static void data_path(const struct diskcache *dc, uint64_t id, char *out, size_t n)
+{
+    snprintf(out, n, "%s/data/%016" PRIx64, dc->dir, id);
+}
+
+static int mdb_errno(int rc)
+{
+    if (rc == 0)
+        return 0;
+    if (rc == MDB_MAP_FULL)
+        return -ENOSPC;
+    if (rc == MDB_NOTFOUND)
+        return -ENOENT;
+    return rc > 0 ? -rc : -EIO;
+}
+
+/* ---- catalogue records --------------------------------------------------- */
+
+/* The record of id in txn: 0 and *h if it is version v, -ENOENT if there is
+ * none, -EEXIST if another version has the same id. */
+static int obj_get(struct diskcache *dc, MDB_txn *txn, uint64_t id,
+                   const struct diskcache_version *v, struct obj_head *h)
+{
+    MDB_val k = {sizeof id, &id}, val;
+    int rc = mdb_get(txn, dc->objs, &k, &val);
+    if (rc != 0)
+        return mdb_errno(rc);
+    if (val.mv_size < sizeof *h)
+        return -EEXIST;
+    memcpy(h, val.mv_data, sizeof *h);
+    const char *names = (const char *)val.mv_data + sizeof *h;
+    if (!v)
+        return 0;
+    size_t pl = strlen(v->path), el = strlen(v->etag);
+    if (h->size != v->size || h->path_len != pl || h->etag_len != el ||
+        val.mv_size != sizeof *h + pl + el || memcmp(names, v->path, pl) != 0 ||
+        memcmp(names + pl, v->etag, el) != 0)
+        return -EEXIST;
+    return 0;
+}
+
+static int obj_put(struct diskcache *dc, MDB_txn *txn, uint64_t id,
+                   const struct diskcache_version *v, const struct obj_head *h)
+{
+    size_t pl = strlen(v->path), el = strlen(v->etag);
+    MDB_val k = {sizeof id, &id}, val = {sizeof *h + pl + el, NULL};
+    int rc = mdb_put(txn, dc->objs, &k, &val, MDB_RESERVE);
+    if (rc != 0)
+        return mdb_errno(rc);
+    struct obj_head copy = *h;
+    copy.path_len = (uint32_t)pl;
+    copy.etag_len = (uint32_t)el;
+    memcpy(val.mv_data, &copy, sizeof copy);
+    memcpy((char *)val.mv_data + sizeof copy, v->path, pl);
+    memcpy((char *)val.mv_data + sizeof copy + pl, v->etag, el);
+    return 0;
+}
+
+/* Move id's place in the lru order from old_use to new_use (old_use 0: none). */
+static int lru_move(struct diskcache *dc, MDB_txn *txn, uint64_t id, uint64_t old_use,
+                    uint64_t new_use)
+{
+    unsigned char key[16];
+    be64(key + 8, id);
+    MDB_val k = {sizeof key, key}, empty = {0, ""};
+    if (old_use) {
+        be64(key, old_use);
+        int rc = mdb_del(txn, dc->lru, &k, NULL);
+        if (rc != 0 && rc != MDB_NOTFOUND)
+            return mdb_errno(rc);
+    }
+    if (!new_use)
+        return 0;
+    be64(key, new_use);
+    return mdb_errno(mdb_put(txn, dc->lru, &k, &empty, 0));
+}
+
+static void chunk_key(unsigned char key[12], uint64_t id, uint32_t index)
+{
+    be64(key, id);
+    be32(key + 8, index);
+}
+
+/* Delete id's object, chunks and lru place in txn; *held: the bytes it held. */
+static int obj_delete(struct diskcache *dc, MDB_txn *txn, uint64_t id, uint64_t *held)
+{
+    struct obj_head h;
+    int rc = obj_get(dc, txn, id, NULL, &h);
+    if (rc != 0)
+        return rc;
+    *held = h.held;
+    MDB_cursor *cur;
+    if ((rc = mdb_cursor_open(txn, dc->chunks, &cur)) != 0)
+        return mdb_errno(rc);
+    unsigned char key[12];
+    chunk_key(key, id, 0);
+    for (;;) { /* the first chunk of id left, until there is none */
+        MDB_val k = {sizeof key, key}, val;
+        rc = mdb_cursor_get(cur, &k, &val, MDB_SET_RANGE);
+        if (rc != 0 || k.mv_size != sizeof key || memcmp(k.mv_data, key, 8) != 0)
+            break;
+        if ((rc = mdb_cursor_del(cur, 0)) != 0)
+            break;
+    }
+    mdb_cursor_close(cur);
+    if (rc != 0 && rc != MDB_NOTFOUND)
+        return mdb_errno(rc);
+    MDB_val ok = {sizeof id, &id};
+    if ((rc = mdb_del(txn, dc->objs, &ok, NULL)) != 0)
+        return mdb_errno(rc);
+    return lru_move(dc, txn, id, h.last_use, 0);
+}
+
+/* ---- bounds -------------------------------------------------------------- */
+
+/* Bytes that may still be added under the free-space floor. */
+static uint64_t room_above_floor(const struct diskcache *dc)
+{
+    struct statvfs fs;
+    if (statvfs(dc->dir, &fs) != 0)
+        return 0;
+    uint64_t total = (uint64_t)fs.f_blocks * fs.f_frsize;
+    uint64_t avail = (uint64_t)fs.f_bavail * fs.f_frsize;
+    uint64_t floor = total / 100 * dc->cfg.floor_percent;
+    return avail > floor ? avail - floor : 0;
+}
+
+/* Drop the least recently used object that is not keep: 1 if one went, 0 if
+ * none is left, -errno. Caller holds dc->lock. */
+static int evict_one(struct diskcache *dc, uint64_t keep)
+{
+    assert_locked(dc);
+    MDB_txn *txn;
+    int rc = mdb_txn_begin(dc->env, NULL, 0, &txn);
+    if (rc != 0)
+        return mdb_errno(rc);
+    MDB_cursor *cur;
+    uint64_t victim = 0;
+    if ((rc = mdb_cursor_open(txn, dc->lru, &cur)) == 0) {
+        MDB_val k, val;
+        for (rc = mdb_cursor_get(cur, &k, &val, MDB_FIRST); rc == 0;
+             rc = mdb_cursor_get(cur, &k, &val, MDB_NEXT)) {
+            uint64_t id = 0;
+            for (int i = 8; i < 16; i++)
+                id = id << 8 | ((unsigned char *)k.mv_data)[i];
+            if (id != keep) {
+                victim = id;
+                break;
+            }
+        }
+        mdb_cursor_close(cur);
+    }
+    uint64_t held = 0;
+    if (victim == 0) {
+        mdb_txn_abort(txn);
+        return rc == MDB_NOTFOUND || rc == 0 ? 0 : mdb_errno(rc);
+    }
+    rc = obj_delete(dc, txn, victim, &held);
+    if (rc != 0 || (rc = mdb_errno(mdb_txn_commit(txn))) != 0) {
+        if (rc != 0)
+            mdb_txn_abort(txn);
+        return rc;
+    }
+    char path[4096];
+    data_path(dc, victim, path, sizeof path);
+    unlink(path);
+    dc->st.evictions++;
+    dc->st.evicted_bytes += held;
+    forget_object(dc, held);
+    return 1;
+}
+
+/* Evict until need more bytes fit under the capacity and above the floor
+ * (keep is never evicted): 0, or -ENOSPC. Caller holds dc->lock. */
+static int make_room(struct diskcache *dc, uint64_t need, uint64_t keep)
+{
+    assert_locked(dc);
+    for (;;) {
+        int fits = dc->st.held_bytes + need <= dc->cfg.capacity && room_above_floor(dc) >= need;
+        if (fits)
+            return 0;
+        int rc = evict_one(dc, keep);
+        if (rc <= 0)
+            return rc < 0 ? rc : -ENOSPC;
+    }
+}
+
+static void note_put_failure(struct diskcache *dc, const struct diskcache_version *v, int rc)
+{
+    assert_locked(dc);
+    dc->st.put_failures++;
+    if (!dc->put_failure_logged) {
+        dc->put_failure_logged = 1;
+        log_warn("disk cache: cannot keep %s (%s); reads go to the store (logged once)", v->path,
+                 strerror(-rc));
+    }
+}
+
+/* ---- open, close --------------------------------------------------------- */
+
+static int make_dirs(const char *dir)
+{
+    char sub[4096];
+    const char *names[] = {"", "/data", "/catalog"};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        snprintf(sub, sizeof sub, "%s%s", dir, names[i]);
+        if (mkdir(sub, 0700) != 0 && errno != EEXIST)
+            return -errno;
+    }
+    return 0;
+}
+
+static int take_lock(struct diskcache *dc, char *err, size_t errlen)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/lock", dc->dir);
+    dc->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (dc->lock_fd < 0) {
+        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        return -errno;
+    }
+    if (flock(dc->lock_fd, LOCK_EX | LOCK_NB) != 0) {
+        char pid[32] = "";
+        ssize_t n = pread(dc->lock_fd, pid, sizeof pid - 1, 0);
+        pid[n > 0 ? n : 0] = '\0';
+        pid[strcspn(pid, "\n")] = '\0';
+        snprintf(err, errlen,
+                 "disk cache %s is in use by another ckptfs (pid %s): give each mount its "
+                 "own --cache-dir",
+                 dc->dir, *pid ? pid : "?");
+        return -EBUSY;
+    }
+    char pid[32];
+    int n = snprintf(pid, sizeof pid, "%d\n", (int)getpid());
+    if (ftruncate(dc->lock_fd, 0) != 0 || pwrite(dc->lock_fd, pid, (size_t)n, 0) != n)
+        log_warn("disk cache: cannot write %s: %s", path, strerror(errno));
+    return 0;
+}
+
+/* Count what the catalogue holds (held_bytes, objects) at open. */
+static int load_totals(struct diskcache *dc, MDB_txn *txn)
+{
+    MDB_cursor *cur;
+    int rc = mdb_cursor_open(txn, dc->objs, &cur);
+    if (rc != 0)
+        return mdb_errno(rc);
+    MDB_val k, val;
+    for (rc = mdb_cursor_get(cur, &k, &val, MDB_FIRST); rc == 0;
+         rc = mdb_cursor_get(cur, &k, &val, MDB_NEXT)) {
+        struct obj_head h;
+        if (val.mv_size < sizeof h)
+            continue;
+        memcpy(&h, val.mv_data, sizeof h);
+        dc->st.held_bytes += h.held;
+        dc->st.objects++;
+    }
+    mdb_cursor_close(cur);
+    return rc == MDB_NOTFOUND ? 0 : mdb_errno(rc);
+}
+
+static int open_catalog(struct diskcache *dc, char *err, size_t errlen)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/catalog", dc->dir);
+    int rc = mdb_env_create(&dc->env);
+    if (rc == 0)
+        rc = mdb_env_set_maxdbs(dc->env, 4);
+    if (rc == 0)
+        rc = mdb_env_set_mapsize(dc->env, CATALOG_MAP_SIZE);
+    if (rc == 0)
+        rc = mdb_env_open(dc->env, path, MDB_NOTLS, 0600);
+    MDB_txn *txn = NULL;
+    if (rc == 0)
+        rc = mdb_txn_begin(dc->env, NULL, 0, &txn);
+    if (rc == 0)
+        rc = mdb_dbi_open(txn, "objects", MDB_CREATE, &dc->objs);
+    if (rc == 0)
+        rc = mdb_dbi_open(txn, "chunks", MDB_CREATE, &dc->chunks);
+    if (rc == 0)
+        rc = mdb_dbi_open(txn, "lru", MDB_CREATE, &dc->lru);
+    int e = rc != 0 ? mdb_errno(rc) : load_totals(dc, txn);
+    if (e == 0 && txn) {
+        e = mdb_errno(mdb_txn_commit(txn));
+        txn = NULL;
+    }
+    if (txn)
+        mdb_txn_abort(txn);
+    if (e != 0)
+        snprintf(err, errlen, "disk cache catalogue %s: %s", path,
+                 rc != 0 ? mdb_strerror(rc) : strerror(-e));
+    return e;
+}
+
+int diskcache_open(const char *dir, const struct diskcache_config *cfg, struct diskcache **out,
+                   char *err, size_t errlen)
+{
+    struct diskcache *dc = calloc(1, sizeof *dc);
+    if (!dc || !(dc->dir = strdup(dir))) {
+        free(dc);
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    dc->cfg = *cfg;
+    dc->lock_fd = -1;
+    pthread_mutex_init(&dc->lock, NULL);
+    int rc = make_dirs(dir);
+    if (rc != 0)
+        snprintf(err, errlen, "disk cache %s: %s", dir, strerror(-rc));
+    if (rc == 0)
+        rc = take_lock(dc, err, errlen);
+    if (rc == 0)
+        rc = open_catalog(dc, err, errlen);
+    if (rc != 0) {
+        diskcache_close(dc);
+        return rc;
+    }
+    *out = dc;
+    return 0;
+}
+
+void diskcache_close(struct diskcache *dc)
+{
+    if (!dc)
+        return;
+    if (dc->env)
+        mdb_env_close(dc->env);
+    if (dc->lock_fd >= 0)
+        close(dc->lock_fd); /* releases the flock */
+    pthread_mutex_destroy(&dc->lock);
+    free(dc->dir);
+    free(dc);
+}
+
+/* ---- reads --------------------------------------------------------------- */
+
+/* Drop one chunk whose bytes failed their checksum. */
+static void drop_chunk(struct diskcache *dc, const struct diskcache_version *v, uint64_t id,
+                       uint32_t index)
+{
+    cache_lock(dc);
+    dc->st.checksum_failures++;
+    MDB_txn *txn;
+    if (mdb_txn_begin(dc->env, NULL, 0, &txn) == 0) {
+        unsigned char key[12];
+        chunk_key(key, id, index);
+        MDB_val k = {sizeof key, key}, val;
+        struct obj_head h;
+        int rc = obj_get(dc, txn, id, v, &h);
+        if (rc == 0 && mdb_get(txn, dc->chunks, &k, &val) == 0 && val.mv_size == 8) {
+            struct chunk_rec c;
+            memcpy(&c, val.mv_data, sizeof c);
+            h.held -= c.len;
+            rc = mdb_errno(mdb_del(txn, dc->chunks, &k, NULL));
+            if (rc == 0)
+                rc = obj_put(dc, txn, id, v, &h);
+            if (rc == 0 && mdb_txn_commit(txn) == 0) {
+                assert(dc->st.held_bytes >= c.len);
+                dc->st.held_bytes -= c.len;
+                txn = NULL;
+            }
+        }
+        if (txn)
+            mdb_txn_abort(txn);
+    }
+    cache_unlock(dc);
+    log_warn("disk cache: chunk %u of %s (%s) failed its checksum: dropped, fetched again", index,
+             v->path, v->etag);
+}
+
+/* The chunk records covering chunks [first, last] of id, or a miss (0). */
+static int lookup_chunks(struct diskcache *dc, const struct diskcache_version *v, uint64_t id,
+                         uint32_t first, uint32_t last, struct chunk_rec *recs, uint64_t *last_use)
+{
+    MDB_txn *txn;
+    int rc = mdb_txn_begin(dc->env, NULL, MDB_RDONLY, &txn);
+    if (rc != 0)
+        return mdb_errno(rc);
+    struct obj_head h;
+    int found = obj_get(dc, txn, id, v, &h) == 0;
+    *last_use = found ? h.last_use : 0;
+    for (uint32_t i = first; found && i <= last; i++) {
+        unsigned char key[12];
+        chunk_key(key, id, i);
+        MDB_val k = {sizeof key, key}, val;
+        found = mdb_get(txn, dc->chunks, &k, &val) == 0 && val.mv_size == sizeof *recs;
+        if (found)
+            memcpy(&recs[i - first], val.mv_data, sizeof *recs);
+    }
+    mdb_txn_abort(txn);
+    return found;
+}
+
+/* Note a hit's use in the lru order, at most every TOUCH_EVERY_NS per object. */
+static void touch(struct diskcache *dc, const struct diskcache_version *v, uint64_t id,
+                  uint64_t last_use)
+{
+    uint64_t now = now_ns();
+    if (last_use + TOUCH_EVERY_NS > now)
+        return;
+    cache_lock(dc);
+    MDB_txn *txn;
+    if (mdb_txn_begin(dc->env, NULL, 0, &txn) == 0) {
+        struct obj_head h;
+        int rc = obj_get(dc, txn, id, v, &h);
+        if (rc == 0 && h.last_use < now) {
+            rc = lru_move(dc, txn, id, h.last_use, now);
+            h.last_use = now;
+            if (rc == 0)
+                rc = obj_put(dc, txn, id, v, &h);
+        }
+        if (rc == 0)
+            mdb_txn_commit(txn);
+        else
+            mdb_txn_abort(txn);
+    }
+    cache_unlock(dc);
+}
+
+int diskcache_read(struct diskcache *dc, const struct diskcache_version *v, uint64_t off,
+                   size_t len, void *buf)
+{
+    if (len == 0 || off + len > v->size)
+        return 0;
+    uint64_t id = version_id(v);
+    uint32_t first = (uint32_t)(off / DISKCACHE_CHUNK);
+    uint32_t last = (uint32_t)((off + len - 1) / DISKCACHE_CHUNK);
+    struct chunk_rec *recs = calloc(last - first + 1, sizeof *recs);
+    unsigned char *chunk = malloc(DISKCACHE_CHUNK);
+    uint64_t last_use = 0;
+    int rc = recs && chunk ? lookup_chunks(dc, v, id, first, last, recs, &last_use) : -ENOMEM;
+    int fd = -1;
+    if (rc == 1) {
+        char path[4096];
+        data_path(dc, id, path, sizeof path);
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        rc = fd >= 0 ? 1 : 0;
+    }
+    for (uint32_t i = first; rc == 1 && i <= last; i++) {
+        uint64_t base = (uint64_t)i * DISKCACHE_CHUNK;
+        struct chunk_rec c = recs[i - first];
+        if (c.len > DISKCACHE_CHUNK || pread_exact(fd, chunk, c.len, base) != 0 ||
+            crc32c(0, chunk, c.len) != c.crc) {
+            drop_chunk(dc, v, id, i);
+            rc = 0;
+            break;
+        }
+        uint64_t from = off > base ? off - base : 0;
+        uint64_t to = off + len < base + c.len ? off + len - base : c.len;
+        if (to <= from) { /* a short chunk that does not reach the range */
+            rc = 0;
+            break;
+        }
+        memcpy((char *)buf + (base + from - off), chunk + from, to - from);
+    }
+    if (fd >= 0)
+        close(fd);
+    free(recs);
+    free(chunk);
+    cache_lock(dc);
+    if (rc == 1) {
+        dc->st.hits++;
+        dc->st.hit_bytes += len;
+    } else if (rc == 0) {
+        dc->st.misses++;
+    }
+    cache_unlock(dc);
+    if (rc == 1)
+        touch(dc, v, id, last_use);
+    return rc;
+}
+
+/* ---- puts ---------------------------------------------------------------- */
+
+/* Record chunks [first, first + n) of id with their checksums (recs) in one
+ * transaction; *added: the bytes not held before. Caller holds dc->lock. */
+static int record_chunks(struct diskcache *dc, const struct diskcache_version *v, uint64_t id,
+                         uint32_t first, const struct chunk_rec *recs, uint32_t n, uint64_t *added)
+{
+    assert_locked(dc);
+    MDB_txn *txn;
+    int rc = mdb_errno(mdb_txn_begin(dc->env, NULL, 0, &txn));
+    if (rc != 0)
+        return rc;
+    struct obj_head h = {0};
+    rc = obj_get(dc, txn, id, v, &h);
+    int fresh = rc == -ENOENT;
+    if (fresh) {
+        h = (struct obj_head){.size = v->size};
+        rc = 0;
+    }
+    *added = 0;
+    for (uint32_t i = 0; rc == 0 && i < n; i++) {
+        unsigned char key[12];
+        chunk_key(key, id, first + i);
+        MDB_val k = {sizeof key, key}, val;
+        if (mdb_get(txn, dc->chunks, &k, &val) == MDB_NOTFOUND)
+            *added += recs[i].len;
+        val = (MDB_val){sizeof recs[i], (void *)&recs[i]};
+        rc = mdb_errno(mdb_put(txn, dc->chunks, &k, &val, 0));
+    }
+    uint64_t now = now_ns();
+    if (rc == 0)
+        rc = lru_move(dc, txn, id, fresh ? 0 : h.last_use, now);
+    h.held += *added;
+    h.last_use = now;
+    if (rc == 0)
+        rc = obj_put(dc, txn, id, v, &h);
+    if (rc == 0)
+        rc = mdb_errno(mdb_txn_commit(txn));
+    else
+        mdb_txn_abort(txn);
+    if (rc == 0) {
+        dc->st.held_bytes += *added;
+        dc->st.objects += fresh;
+    }
+    return rc;
+}
+
+int diskcache_put(struct diskcache *dc, const struct diskcache_version *v, uint64_t off,
+                  const void *buf, size_t len)
+{
+    if (len == 0 || off % DISKCACHE_CHUNK != 0 || off + len > v->size ||
+        (len % DISKCACHE_CHUNK != 0 && off + len != v->size))
+        return -EINVAL;
+    uint64_t id = version_id(v);
+    uint32_t first = (uint32_t)(off / DISKCACHE_CHUNK);
+    uint32_t n = (uint32_t)((len + DISKCACHE_CHUNK - 1) / DISKCACHE_CHUNK);
+    struct chunk_rec *recs = calloc(n, sizeof *recs);
+    if (!recs)
+        return -ENOMEM;
+    for (uint32_t i = 0; i < n; i++) {
+        size_t at = (size_t)i * DISKCACHE_CHUNK;
+        recs[i].len = (uint32_t)(len - at < DISKCACHE_CHUNK ? len - at : DISKCACHE_CHUNK);
+        recs[i].crc = crc32c(0, (const char *)buf + at, recs[i].len);
+    }
+    cache_lock(dc);
+    int rc = make_room(dc, len, id);
+    char path[4096];
+    data_path(dc, id, path, sizeof path);
+    int fd = rc == 0 ? open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600) : -1;
+    if (rc == 0 && fd < 0)
+        rc = -errno;
+    if (rc == 0) {
+        ssize_t w = pwrite(fd, buf, len, (off_t)off);
+        rc = w == (ssize_t)len ? 0 : w < 0 ? -errno : -ENOSPC;
+    }
+    if (fd >= 0)
+        close(fd);
+    uint64_t added = 0;
+    if (rc == 0) /* the bytes are written: now they may be listed */
+        rc = record_chunks(dc, v, id, first, recs, n, &added);
+    if (rc == 0) {
+        dc->st.stored_chunks += n;
+        dc->st.stored_bytes += len;
+    } else {
+        note_put_failure(dc, v, rc);
+    }
+    cache_unlock(dc);
+    free(recs);
+    return rc;
+}
+
+/* ---- whole files --------------------------------------------------------- */
+
+/* Copy src to dst (created): 0 or -errno (dst removed). */
+static int copy_file(const char *src, const char *dst)
+{
+    int in = open(src, O_RDONLY | O_CLOEXEC);
+    if (in < 0)
+        return -errno;
+    int out = open(dst, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    int rc = out < 0 ? -errno : 0;
+    char *buf = rc == 0 ? malloc(DISKCACHE_CHUNK) : NULL;
+    if (rc == 0 && !buf)
+        rc = -ENOMEM;
+    for (uint64_t off = 0; rc == 0;) {
+        size_t got = 0;
+        rc = pread_full(in, buf, DISKCACHE_CHUNK, off, &got);
+        if (rc != 0 || got == 0)
+            break;
+        if (pwrite(out, buf, got, (off_t)off) != (ssize_t)got)
+            rc = errno ? -errno : -ENOSPC;
+        off += got;
+    }
+    free(buf);
+    close(in);
+    if (out >= 0)
+        close(out);
+    if (rc != 0)
+        unlink(dst);
+    return rc;
+}
+
+/* The checksums of every chunk of the file at path, which holds size bytes. */
+static int checksum_file(const char *path, uint64_t size, struct chunk_rec *recs)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    unsigned char *buf = malloc(DISKCACHE_CHUNK);
+    int rc = buf ? 0 : -ENOMEM;
+    for (uint64_t off = 0, i = 0; rc == 0 && off < size; off += DISKCACHE_CHUNK, i++) {
+        uint32_t n = (uint32_t)(size - off < DISKCACHE_CHUNK ? size - off : DISKCACHE_CHUNK);
+        rc = pread_exact(fd, buf, n, off);
+        recs[i] = (struct chunk_rec){crc32c(0, buf, n), n};
+    }
+    free(buf);
+    close(fd);
+    return rc;
+}
+
+int diskcache_adopt(struct diskcache *dc, const struct diskcache_version *v, const char *src)
+{
+    struct stat st;
+    if (stat(src, &st) != 0)
+        return -errno;
+    if ((uint64_t)st.st_size != v->size || v->size == 0)
+        return -EINVAL;
+    uint64_t id = version_id(v);
+    uint32_t n = (uint32_t)((v->size + DISKCACHE_CHUNK - 1) / DISKCACHE_CHUNK);
+    struct chunk_rec *recs = calloc(n, sizeof *recs);
+    if (!recs)
+        return -ENOMEM;
+    int rc = checksum_file(src, v->size, recs);
+    char path[4096];
+    data_path(dc, id, path, sizeof path);
+    cache_lock(dc);
+    if (rc == 0)
+        rc = make_room(dc, v->size, id);
+    int moved = 0, copied = 0;
+    if (rc == 0) {
+        uint64_t held = 0;
+        MDB_txn *txn; /* an older copy of the same version goes first */
+        if (mdb_txn_begin(dc->env, NULL, 0, &txn) == 0) {
+            if (obj_delete(dc, txn, id, &held) == 0 && mdb_txn_commit(txn) == 0)
+                forget_object(dc, held);
+            else
+                mdb_txn_abort(txn);
+        }
+        if (rename(src, path) == 0)
+            moved = 1;
+        else if (errno == EXDEV && (rc = copy_file(src, path)) == 0)
+            copied = 1;
+        else if (rc == 0)
+            rc = -errno;
+    }
+    uint64_t added = 0;
+    if (rc == 0)
+        rc = record_chunks(dc, v, id, 0, recs, n, &added);
+    if (rc == 0) {
+        dc->st.adopted_files++;
+        dc->st.adopted_bytes += v->size;
+        if (copied)
+            unlink(src);
+    } else {
+        if (moved && rename(path, src) != 0)
+            unlink(path);
+        if (copied)
+            unlink(path);
+        note_put_failure(dc, v, rc);
+    }
+    cache_unlock(dc);
+    free(recs);
+    return rc;
+}
+
+int diskcache_drop(struct diskcache *dc, const struct diskcache_version *v)
+{
+    uint64_t id = version_id(v), held = 0;
+    cache_lock(dc);
+    MDB_txn *txn;
+    int rc = mdb_errno(mdb_txn_begin(dc->env, NULL, 0, &txn));
+    if (rc == 0) {
+        struct obj_head h;
+        rc = obj_get(dc, txn, id, v, &h);
+        if (rc == 0)
+            rc = obj_delete(dc, txn, id, &held);
+        if (rc == 0)
+            rc = mdb_errno(mdb_txn_commit(txn));
+        else
+            mdb_txn_abort(txn);
+    }
+    if (rc == 0) {
+        char path[4096];
+        data_path(dc, id, path, sizeof path);
+        unlink(path);
+        forget_object(dc, held);
+    }
+    cache_unlock(dc);
+    return rc == -ENOENT || rc == -EEXIST ? 0 : rc;
+}
+
+void diskcache_get_stats(struct diskcache *dc, struct diskcache_stats *out)
+{
+    cache_lock(dc);
+    *out = dc->st;
+    cache_unlock(dc);
+}

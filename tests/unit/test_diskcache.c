@@ -1,0 +1,356 @@
+/*
+ * tests/unit/test_diskcache.c - the persistent disk cache in isolation, on a
+ * fresh folder per test: exact versions only, checksums, survival of close
+ * and of a killed writer, the bounds (capacity, free-space floor, lru), the
+ * lock against a second user, adopting a staged file.
+ */
+#include "diskcache.h"
+
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define CH DISKCACHE_CHUNK
+
+static char dir[256];
+static char err[512];
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+static void setup(void)
+{
+    const char *t = getenv("TMPDIR");
+    snprintf(dir, sizeof dir, "%s/ckptfs-diskcache-XXXXXX", t && *t ? t : "/tmp");
+    cr_assert_not_null(mkdtemp(dir));
+}
+
+static void teardown(void)
+{
+    nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+TestSuite(diskcache, .init = setup, .fini = teardown, .timeout = 120);
+
+static struct diskcache *open_cache(uint64_t capacity, unsigned floor_percent)
+{
+    struct diskcache_config cfg = {.capacity = capacity, .floor_percent = floor_percent};
+    struct diskcache *dc = NULL;
+    int rc = diskcache_open(dir, &cfg, &dc, err, sizeof err);
+    cr_assert_eq(rc, 0, "open: %d %s", rc, err);
+    return dc;
+}
+
+/* deterministic bytes of an object named by seed */
+static unsigned char *pattern(size_t n, unsigned seed)
+{
+    unsigned char *p = malloc(n);
+    for (size_t i = 0; i < n; i++)
+        p[i] = (unsigned char)((i * 2654435761u + seed) >> 7);
+    return p;
+}
+
+static struct diskcache_stats stats(struct diskcache *dc)
+{
+    struct diskcache_stats st;
+    diskcache_get_stats(dc, &st);
+    return st;
+}
+
+/* bytes put are read back exactly, across chunk boundaries and in the short
+ * last chunk; a range with a chunk never put is a miss */
+Test(diskcache, put_then_read)
+{
+    struct diskcache *dc = open_cache(64ull << 20, 0);
+    size_t size = 3 * CH + 1000;
+    unsigned char *data = pattern(size, 1), *got = malloc(size);
+    struct diskcache_version v = {"run/a.distcp", "\"e1\"", size};
+    cr_assert_eq(diskcache_put(dc, &v, 0, data, 2 * CH), 0);
+    cr_assert_eq(diskcache_put(dc, &v, 3 * CH, data + 3 * CH, 1000), 0);
+    cr_assert_eq(diskcache_read(dc, &v, 100, CH + 200, got), 1);
+    cr_assert_arr_eq(got, data + 100, CH + 200);
+    cr_assert_eq(diskcache_read(dc, &v, 3 * CH + 10, 990, got), 1);
+    cr_assert_arr_eq(got, data + 3 * CH + 10, 990);
+    cr_assert_eq(diskcache_read(dc, &v, CH, 2 * CH, got), 0, "chunk 2 was never put");
+    struct diskcache_stats st = stats(dc);
+    cr_assert_eq(st.hits, 2);
+    cr_assert_eq(st.misses, 1);
+    cr_assert_eq(st.held_bytes, 2 * CH + 1000);
+    cr_assert_eq(st.objects, 1);
+    free(data);
+    free(got);
+    diskcache_close(dc);
+}
+
+/* puts must be whole chunks at chunk offsets (the last one may be short) */
+Test(diskcache, put_needs_whole_chunks)
+{
+    struct diskcache *dc = open_cache(64ull << 20, 0);
+    unsigned char *data = pattern(2 * CH, 2);
+    struct diskcache_version v = {"a", "\"e\"", 2 * CH};
+    cr_assert_eq(diskcache_put(dc, &v, 10, data, CH), -EINVAL);
+    cr_assert_eq(diskcache_put(dc, &v, 0, data, CH - 1), -EINVAL);
+    cr_assert_eq(diskcache_put(dc, &v, CH, data, 2 * CH), -EINVAL);
+    cr_assert_eq(stats(dc).held_bytes, 0);
+    free(data);
+    diskcache_close(dc);
+}
+
+/* another version of the same path (new ETag, same size) is never served */
+Test(diskcache, only_the_exact_version)
+{
+    struct diskcache *dc = open_cache(64ull << 20, 0);
+    unsigned char *data = pattern(CH, 3), got[64];
+    struct diskcache_version v1 = {"ck/x", "\"old\"", CH}, v2 = {"ck/x", "\"new\"", CH};
+    struct diskcache_version v3 = {"ck/x", "\"old\"", CH - 1}, v4 = {"ck/y", "\"old\"", CH};
+    cr_assert_eq(diskcache_put(dc, &v1, 0, data, CH), 0);
+    cr_assert_eq(diskcache_read(dc, &v1, 0, sizeof got, got), 1);
+    cr_assert_eq(diskcache_read(dc, &v2, 0, sizeof got, got), 0);
+    cr_assert_eq(diskcache_read(dc, &v3, 0, sizeof got, got), 0);
+    cr_assert_eq(diskcache_read(dc, &v4, 0, sizeof got, got), 0);
+    free(data);
+    diskcache_close(dc);
+}
+
+/* what was put is there after close and open (an unmount and a remount) */
+Test(diskcache, survives_reopen)
+{
+    struct diskcache *dc = open_cache(64ull << 20, 0);
+    unsigned char *data = pattern(2 * CH, 4), *got = malloc(2 * CH);
+    struct diskcache_version v = {"s/f", "\"e\"", 2 * CH};
+    cr_assert_eq(diskcache_put(dc, &v, 0, data, 2 * CH), 0);
+    diskcache_close(dc);
+    dc = open_cache(64ull << 20, 0);
+    cr_assert_eq(stats(dc).held_bytes, 2 * CH, "totals recounted at open");
+    cr_assert_eq(stats(dc).objects, 1);
+    cr_assert_eq(diskcache_read(dc, &v, 0, 2 * CH, got), 1);
+    cr_assert_arr_eq(got, data, 2 * CH);
+    free(data);
+    free(got);
+    diskcache_close(dc);
+}
+
+/* Flip one bit of the byte at `at` of the one data file in the cache. */
+static void flip_byte_of_only_data_file(off_t at)
+{
+    char data_dir[300], path[600] = "";
+    snprintf(data_dir, sizeof data_dir, "%s/data", dir);
+    DIR *d = opendir(data_dir);
+    cr_assert_not_null(d);
+    for (struct dirent *e; (e = readdir(d));)
+        if (e->d_name[0] != '.')
+            snprintf(path, sizeof path, "%s/%s", data_dir, e->d_name);
+    closedir(d);
+    cr_assert(*path, "no data file in %s", data_dir);
+    int fd = open(path, O_RDWR);
+    cr_assert_geq(fd, 0);
+    unsigned char b;
+    cr_assert_eq(pread(fd, &b, 1, at), 1);
+    b ^= 0x01;
+    cr_assert_eq(pwrite(fd, &b, 1, at), 1);
+    close(fd);
+}
+
+/* a flipped byte in a cached chunk is caught by its checksum: a miss, the
+ * chunk is dropped (counted), the other chunks still serve, and a new put
+ * of the chunk serves again */
+Test(diskcache, flipped_byte_is_a_miss_and_dropped)
+{
+    struct diskcache *dc = open_cache(64ull << 20, 0);
+    unsigned char *data = pattern(2 * CH, 5), *got = malloc(2 * CH);
+    struct diskcache_version v = {"c/f", "\"e\"", 2 * CH};
+    cr_assert_eq(diskcache_put(dc, &v, 0, data, 2 * CH), 0);
+    flip_byte_of_only_data_file(CH + 777);
+    cr_assert_eq(diskcache_read(dc, &v, CH, 100, got), 0, "a bad chunk must not be served");
+    struct diskcache_stats st = stats(dc);
+    cr_assert_eq(st.checksum_failures, 1);
+    cr_assert_eq(st.held_bytes, CH, "the bad chunk is no longer held");
+    cr_assert_eq(diskcache_read(dc, &v, 0, CH, got), 1, "the good chunk still serves");
+    cr_assert_arr_eq(got, data, CH);
+    cr_assert_eq(diskcache_read(dc, &v, CH, 100, got), 0);
+    cr_assert_eq(stats(dc).checksum_failures, 1, "dropped once, then simply missing");
+    cr_assert_eq(diskcache_put(dc, &v, CH, data + CH, CH), 0);
+    cr_assert_eq(diskcache_read(dc, &v, CH, CH, got), 1);
+    cr_assert_arr_eq(got, data + CH, CH);
+    free(data);
+    free(got);
+    diskcache_close(dc);
+}
+
+/* a second user of the same folder is refused with a clear error */
+Test(diskcache, second_user_refused)
+{
+    struct diskcache *dc = open_cache(64ull << 20, 0);
+    struct diskcache_config cfg = {.capacity = 1 << 20};
+    struct diskcache *other = NULL;
+    cr_assert_eq(diskcache_open(dir, &cfg, &other, err, sizeof err), -EBUSY);
+    char pid[32];
+    snprintf(pid, sizeof pid, "pid %d", (int)getpid());
+    cr_assert(strstr(err, pid) && strstr(err, "--cache-dir"), "error: %s", err);
+    diskcache_close(dc);
+    cr_assert_eq(diskcache_open(dir, &cfg, &other, err, sizeof err), 0, "free after close");
+    diskcache_close(other);
+}
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* never more than the capacity: the least recently used object goes first,
+ * and a read counts as a use */
+Test(diskcache, capacity_evicts_least_recently_used)
+{
+    struct diskcache *dc = open_cache(3ull * CH, 0);
+    unsigned char *data = pattern(CH, 6), got[16];
+    struct diskcache_version v[4] = {
+        {"l/0", "\"e\"", CH}, {"l/1", "\"e\"", CH}, {"l/2", "\"e\"", CH}, {"l/3", "\"e\"", CH}};
+    for (int i = 0; i < 3; i++) {
+        cr_assert_eq(diskcache_put(dc, &v[i], 0, data, CH), 0);
+        sleep_ms(150);
+    }
+    cr_assert_eq(diskcache_read(dc, &v[0], 0, sizeof got, got), 1); /* 0 is now the newest */
+    cr_assert_eq(diskcache_put(dc, &v[3], 0, data, CH), 0);
+    struct diskcache_stats st = stats(dc);
+    cr_assert_leq(st.held_bytes, 3ull * CH);
+    cr_assert_eq(st.evictions, 1);
+    cr_assert_eq(diskcache_read(dc, &v[1], 0, sizeof got, got), 0, "1 was the oldest");
+    cr_assert_eq(diskcache_read(dc, &v[0], 0, sizeof got, got), 1, "0 was read: kept");
+    cr_assert_eq(diskcache_read(dc, &v[2], 0, sizeof got, got), 1);
+    cr_assert_eq(diskcache_read(dc, &v[3], 0, sizeof got, got), 1);
+    free(data);
+    diskcache_close(dc);
+}
+
+/* an object larger than the capacity is not kept, and nothing fails loudly */
+Test(diskcache, too_large_is_refused)
+{
+    struct diskcache *dc = open_cache(CH, 0);
+    unsigned char *data = pattern(2 * CH, 7), got[16];
+    struct diskcache_version v = {"big", "\"e\"", 2 * CH};
+    cr_assert_eq(diskcache_put(dc, &v, 0, data, 2 * CH), -ENOSPC);
+    cr_assert_eq(diskcache_read(dc, &v, 0, sizeof got, got), 0);
+    cr_assert_eq(stats(dc).put_failures, 1);
+    cr_assert_eq(stats(dc).held_bytes, 0);
+    free(data);
+    diskcache_close(dc);
+}
+
+/* a disk above its free-space floor keeps nothing: puts fail (counted),
+ * reads miss, nothing else breaks */
+Test(diskcache, free_space_floor)
+{
+    struct diskcache *dc = open_cache(64ull << 20, 100);
+    unsigned char *data = pattern(CH, 8), got[16];
+    struct diskcache_version v = {"f", "\"e\"", CH};
+    cr_assert_eq(diskcache_put(dc, &v, 0, data, CH), -ENOSPC);
+    cr_assert_eq(diskcache_read(dc, &v, 0, sizeof got, got), 0);
+    cr_assert_eq(stats(dc).put_failures, 1);
+    free(data);
+    diskcache_close(dc);
+}
+
+/* a staged file is taken whole (renamed in, src gone) and serves every
+ * byte; a file of the wrong size is refused and left in place */
+Test(diskcache, adopt_a_staged_file)
+{
+    struct diskcache *dc = open_cache(64ull << 20, 0);
+    size_t size = 2 * CH + 5;
+    unsigned char *data = pattern(size, 9), *got = malloc(size);
+    char src[400];
+    snprintf(src, sizeof src, "%s/staged", dir);
+    int fd = open(src, O_WRONLY | O_CREAT, 0600);
+    cr_assert_eq(write(fd, data, size), (ssize_t)size);
+    close(fd);
+    struct diskcache_version wrong = {"w", "\"e\"", size + 1};
+    cr_assert_eq(diskcache_adopt(dc, &wrong, src), -EINVAL);
+    cr_assert_eq(access(src, F_OK), 0, "src stays when refused");
+    struct diskcache_version v = {"w", "\"e\"", size};
+    cr_assert_eq(diskcache_adopt(dc, &v, src), 0);
+    cr_assert_neq(access(src, F_OK), 0, "src was taken");
+    cr_assert_eq(diskcache_read(dc, &v, 0, size, got), 1);
+    cr_assert_arr_eq(got, data, size);
+    struct diskcache_stats st = stats(dc);
+    cr_assert_eq(st.adopted_files, 1);
+    cr_assert_eq(st.held_bytes, size);
+    free(data);
+    free(got);
+    diskcache_close(dc);
+}
+
+/* drop forgets a version and its bytes */
+Test(diskcache, drop)
+{
+    struct diskcache *dc = open_cache(64ull << 20, 0);
+    unsigned char *data = pattern(CH, 10), got[16];
+    struct diskcache_version v = {"d", "\"e\"", CH};
+    cr_assert_eq(diskcache_put(dc, &v, 0, data, CH), 0);
+    cr_assert_eq(diskcache_drop(dc, &v), 0);
+    cr_assert_eq(diskcache_read(dc, &v, 0, sizeof got, got), 0);
+    cr_assert_eq(stats(dc).held_bytes, 0);
+    cr_assert_eq(stats(dc).objects, 0);
+    free(data);
+    diskcache_close(dc);
+}
+
+/* a writer killed with SIGKILL while filling leaves a cache that serves only
+ * complete chunks with the right bytes */
+Test(diskcache, killed_writer_leaves_only_verified_chunks)
+{
+    enum { N = 64 };
+    size_t size = (size_t)N * CH;
+    struct diskcache_version v = {"k/f", "\"e\"", size};
+    int ready[2];
+    cr_assert_eq(pipe(ready), 0);
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        struct diskcache_config cfg = {.capacity = 1ull << 30};
+        struct diskcache *dc = NULL;
+        if (diskcache_open(dir, &cfg, &dc, err, sizeof err) != 0)
+            _exit(3);
+        unsigned char *data = pattern(size, 11);
+        for (int round = 0;; round++) /* over and over, until killed */
+            for (int i = 0; i < N; i++) {
+                diskcache_put(dc, &v, (uint64_t)i * CH, data + (size_t)i * CH, CH);
+                if (round == 0 && i == N / 2 && write(ready[1], "r", 1) != 1)
+                    _exit(4);
+            }
+    }
+    close(ready[1]);
+    char r;
+    cr_assert_eq(read(ready[0], &r, 1), 1, "the writer is filling the cache");
+    close(ready[0]);
+    sleep_ms(50);
+    kill(pid, SIGKILL);
+    int status;
+    waitpid(pid, &status, 0);
+    cr_assert(WIFSIGNALED(status), "the writer ran until killed (status %d)", status);
+    struct diskcache *dc = open_cache(1ull << 30, 0);
+    unsigned char *want = pattern(size, 11), *got = malloc(CH);
+    int served = 0;
+    for (int i = 0; i < N; i++)
+        if (diskcache_read(dc, &v, (uint64_t)i * CH, CH, got) == 1) {
+            cr_assert_arr_eq(got, want + (size_t)i * CH, CH, "chunk %d", i);
+            served++;
+        }
+    cr_assert_gt(served, 0, "the writer got some chunks in");
+    cr_assert_eq(stats(dc).checksum_failures, 0);
+    free(want);
+    free(got);
+    diskcache_close(dc);
+}
