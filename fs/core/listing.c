@@ -36,18 +36,21 @@
 #define DIR_TIME_EMPTY 1
 
 /* One pass over a directory listing: every entry goes into the metadata
- * cache, a .metadata marks the directory as a checkpoint for the index, and
- * fill (if any) gets the entry for readdir. */
+ * cache, the files that may describe a checkpoint (.metadata, __R.metadata,
+ * Hugging Face files) are noted for the index (which notices the directory
+ * by them when the listing ends: ckindex_scan_end), and fill (if any) gets
+ * the entry for readdir. */
 struct listing {
     struct core *core;
     const char *dir; /* store path of the directory */
     core_fill_fn fill;
     void *arg;
-    size_t count, limit; /* entries seen; stop at limit (0: no limit) */
-    int cut;             /* limit stopped it: more may follow (a large directory) */
-    double stamp;        /* mono time the listing began: its entries' and mark's */
-    int dir_listed;      /* readdir: dir was listed for its subdirectories' times */
-    char **staged;       /* readdir: the names the overlay reported, sorted */
+    size_t count, limit;      /* entries seen; stop at limit (0: no limit) */
+    int cut;                  /* limit stopped it: more may follow (a large directory) */
+    double stamp;             /* mono time the listing began: its entries' and mark's */
+    int dir_listed;           /* readdir: dir was listed for its subdirectories' times */
+    struct ckindex_scan scan; /* the index's candidates among the entries */
+    char **staged;            /* readdir: the names the overlay reported, sorted */
     size_t nstaged, staged_cap;
     char child[4096];
 };
@@ -161,8 +164,8 @@ static int listing_put(struct listing *l, const char *name, const struct store_s
         fill_dir_time(l->core, l->child, &stored, l->fill != NULL);
         meta_put(&l->core->meta, l->child, 0, &stored, l->stamp);
     }
-    if (l->core->index && !s->is_dir && strcmp(name, ".metadata") == 0)
-        ckindex_notice(l->core->index, l->dir, s);
+    if (l->core->index)
+        ckindex_scan_add(&l->scan, name, s);
     if (!l->fill)
         return 0;
     struct stat st;
@@ -505,6 +508,8 @@ static enum listing_state list_dir(struct core *core, const char *dir, double *s
         rc = core->store->ops->list(core->store, dir, listing_entry, &l);
         keys = l.count;
     }
+    if (core->index) /* a directory listed whole is noticed by all of its metadata files */
+        ckindex_scan_end(core->index, dir, &l.scan, rc == 0 && !l.cut);
     if (rc == -ENOENT || rc == -ENOTDIR) { /* no such directory: nothing is in it */
         mark_listed(core, dir, 0, l.stamp, 0, 0);
         return LISTED;
@@ -669,6 +674,8 @@ int core_readdir(struct core *core, const char *path, core_fill_fn fill, void *a
     if (l.nstaged)
         qsort(l.staged, l.nstaged, sizeof *l.staged, cmp_name);
     int rc = core->store->ops->list(core->store, l.dir, listing_entry, &l);
+    if (core->index)
+        ckindex_scan_end(core->index, l.dir, &l.scan, rc == 0);
     for (size_t i = 0; i < l.nstaged; i++)
         free(l.staged[i]);
     free(l.staged);
