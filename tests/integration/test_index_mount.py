@@ -421,3 +421,28 @@ def test_read_inside_an_item_of_a_per_rank_or_hf_checkpoint(store, mounter, kind
     assert fetched >= chunk["length"], (fetched, chunk)  # the whole item ...
     assert fetched <= chunk["length"] + 2 * MiB, (fetched, chunk)  # ... in 1 MiB blocks
     assert fetched < size / 2  # not the file
+
+
+def test_rank_metadata_written_through_the_mount_are_indexed(store, mounter, tmp_path):
+    """__R.metadata published by this mount join the set it indexes (no listing needed);
+    the index holds both ranks' files, and a remount's listing finds it up to date."""
+    src = os.path.join(TORCH2_FIX, "per_rank_meta")
+    cache = str(tmp_path / "cache")
+    m = mounter(store, "--cache-dir", cache, cache_dir=False)
+    os.makedirs(m.p("pr/step"))
+    for name in ("__0_0.distcp", "__1_0.distcp", "__0.metadata", "__1.metadata"):
+        with open(os.path.join(src, name), "rb") as f, open(m.p(f"pr/step/{name}"), "wb") as g:
+            g.write(f.read())
+    m.sync("pr/step")  # both published: the set's last version is noticed
+    ix = harness.wait_index(m, "ready", 1)  # (a version noticed anew is not ready until built)
+    assert 1 <= ix["built"] <= 2 and ix["failed"] == 0, ix  # rank 0's, then both; or both
+    m.close()
+    out = subprocess.run([harness.admin_bin(), "index", "ls", "--cache-dir", cache, "--json"],
+                         check=True, capture_output=True, text=True)
+    ckpts = json.loads(out.stdout)["checkpoints"]
+    assert [c["files"] for c in ckpts] == [2], ckpts
+
+    m2 = mounter(store, "--cache-dir", cache, cache_dir=False)
+    os.listdir(m2.p("pr/step"))
+    ix = harness.wait_index(m2, "ready", 1)
+    assert ix["reused"] == 1 and ix["built"] == 0, ix
