@@ -477,6 +477,15 @@ static enum listing_state dir_listing(struct core *core, const char *dir)
     return dir_listing_stamp(core, dir, NULL);
 }
 
+/* The listing l of dir ended (complete: the whole directory): the index
+ * notices dir by the metadata files it saw. After the mark: a build asks the
+ * metadata cache what the listing found (a file absent from it is absent). */
+static void notice_listed(struct core *core, const char *dir, struct listing *l, int complete)
+{
+    if (core->index)
+        ckindex_scan_end(core->index, dir, &l->scan, complete);
+}
+
 /* List dir from the store into the metadata cache and mark it listed
  * (*stamp: the listing's): whole, or (whole 0) its first LISTING_MAX keys,
  * which are all of it or make it large (NOT_LISTED). */
@@ -508,14 +517,15 @@ static enum listing_state list_dir(struct core *core, const char *dir, double *s
         rc = core->store->ops->list(core->store, dir, listing_entry, &l);
         keys = l.count;
     }
-    if (core->index) /* a directory listed whole is noticed by all of its metadata files */
-        ckindex_scan_end(core->index, dir, &l.scan, rc == 0 && !l.cut);
     if (rc == -ENOENT || rc == -ENOTDIR) { /* no such directory: nothing is in it */
         mark_listed(core, dir, 0, l.stamp, 0, 0);
+        notice_listed(core, dir, &l, 0);
         return LISTED;
     }
-    if (rc < 0)
+    if (rc < 0) {
+        notice_listed(core, dir, &l, 0);
         return NOT_LISTED; /* the lookup by name reports the store's trouble */
+    }
     /* The rent a large directory's expired mark had carries over: what its
      * lookups by name cost is spent (a GET on a busy store can outlast the
      * 2 s a load keeps the mark, and the load goes on). */
@@ -525,6 +535,7 @@ static enum listing_state list_dir(struct core *core, const char *dir, double *s
     uint64_t rent =
         meta_get(&core->meta, m, &old) != META_ABSENT && old.err == -E2BIG ? old.rent : 0;
     mark_listed(core, dir, l.cut ? -E2BIG : 0, l.stamp, newest, keys);
+    notice_listed(core, dir, &l, !l.cut);
     if (l.cut && rent)
         pay_rent(core, dir, rent);
     if (l.cut)
@@ -674,13 +685,12 @@ int core_readdir(struct core *core, const char *path, core_fill_fn fill, void *a
     if (l.nstaged)
         qsort(l.staged, l.nstaged, sizeof *l.staged, cmp_name);
     int rc = core->store->ops->list(core->store, l.dir, listing_entry, &l);
-    if (core->index)
-        ckindex_scan_end(core->index, l.dir, &l.scan, rc == 0);
     for (size_t i = 0; i < l.nstaged; i++)
         free(l.staged[i]);
     free(l.staged);
     if (rc == 0)
         mark_listed(core, l.dir, 0, l.stamp, known_dir_time(core, l.dir), l.count);
+    notice_listed(core, l.dir, &l, rc == 0);
     if (rc == -ENOENT &&
         (staged || (core->stage && stage_stat(core->stage, l.dir, &(struct store_stat){0}))))
         rc = 0; /* a directory that exists only on this mount so far */
