@@ -389,7 +389,13 @@ static void on_publish(void *arg, const char *path, const struct store_stat *st,
         char *slash = strrchr(up, '/');
         *(slash ? slash : up) = '\0';
     }
-    if (!core->index || strcmp(path_base(path), ".metadata") != 0)
+    if (!core->index)
+        return;
+    /* A per-rank metadata file (use_collectives=False) joins the ones of
+     * its directory noticed so far; its index is built from the store. */
+    if (ckpt_rank_metadata_of(path_base(path)) >= 0)
+        ckindex_notice_file(core->index, dir, path_base(path), st);
+    if (strcmp(path_base(path), ".metadata") != 0)
         return;
     /* Loads right after a save use the index: built from what was published
      * (no requests), or else from the store. */

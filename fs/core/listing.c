@@ -36,18 +36,21 @@
 #define DIR_TIME_EMPTY 1
 
 /* One pass over a directory listing: every entry goes into the metadata
- * cache, a .metadata marks the directory as a checkpoint for the index, and
- * fill (if any) gets the entry for readdir. */
+ * cache, the files that may describe a checkpoint (.metadata, __R.metadata,
+ * Hugging Face files) are noted for the index (which notices the directory
+ * by them when the listing ends: ckindex_scan_end), and fill (if any) gets
+ * the entry for readdir. */
 struct listing {
     struct core *core;
     const char *dir; /* store path of the directory */
     core_fill_fn fill;
     void *arg;
-    size_t count, limit; /* entries seen; stop at limit (0: no limit) */
-    int cut;             /* limit stopped it: more may follow (a large directory) */
-    double stamp;        /* mono time the listing began: its entries' and mark's */
-    int dir_listed;      /* readdir: dir was listed for its subdirectories' times */
-    char **staged;       /* readdir: the names the overlay reported, sorted */
+    size_t count, limit;      /* entries seen; stop at limit (0: no limit) */
+    int cut;                  /* limit stopped it: more may follow (a large directory) */
+    double stamp;             /* mono time the listing began: its entries' and mark's */
+    int dir_listed;           /* readdir: dir was listed for its subdirectories' times */
+    struct ckindex_scan scan; /* the index's candidates among the entries */
+    char **staged;            /* readdir: the names the overlay reported, sorted */
     size_t nstaged, staged_cap;
     char child[4096];
 };
@@ -161,8 +164,8 @@ static int listing_put(struct listing *l, const char *name, const struct store_s
         fill_dir_time(l->core, l->child, &stored, l->fill != NULL);
         meta_put(&l->core->meta, l->child, 0, &stored, l->stamp);
     }
-    if (l->core->index && !s->is_dir && strcmp(name, ".metadata") == 0)
-        ckindex_notice(l->core->index, l->dir, s);
+    if (l->core->index)
+        ckindex_scan_add(&l->scan, name, s);
     if (!l->fill)
         return 0;
     struct stat st;
@@ -474,6 +477,15 @@ static enum listing_state dir_listing(struct core *core, const char *dir)
     return dir_listing_stamp(core, dir, NULL);
 }
 
+/* The listing l of dir ended (complete: the whole directory): the index
+ * notices dir by the metadata files it saw. After the mark: a build asks the
+ * metadata cache what the listing found (a file absent from it is absent). */
+static void notice_listed(struct core *core, const char *dir, struct listing *l, int complete)
+{
+    if (core->index)
+        ckindex_scan_end(core->index, dir, &l->scan, complete);
+}
+
 /* List dir from the store into the metadata cache and mark it listed
  * (*stamp: the listing's): whole, or (whole 0) its first LISTING_MAX keys,
  * which are all of it or make it large (NOT_LISTED). */
@@ -507,10 +519,13 @@ static enum listing_state list_dir(struct core *core, const char *dir, double *s
     }
     if (rc == -ENOENT || rc == -ENOTDIR) { /* no such directory: nothing is in it */
         mark_listed(core, dir, 0, l.stamp, 0, 0);
+        notice_listed(core, dir, &l, 0);
         return LISTED;
     }
-    if (rc < 0)
+    if (rc < 0) {
+        notice_listed(core, dir, &l, 0);
         return NOT_LISTED; /* the lookup by name reports the store's trouble */
+    }
     /* The rent a large directory's expired mark had carries over: what its
      * lookups by name cost is spent (a GET on a busy store can outlast the
      * 2 s a load keeps the mark, and the load goes on). */
@@ -520,6 +535,7 @@ static enum listing_state list_dir(struct core *core, const char *dir, double *s
     uint64_t rent =
         meta_get(&core->meta, m, &old) != META_ABSENT && old.err == -E2BIG ? old.rent : 0;
     mark_listed(core, dir, l.cut ? -E2BIG : 0, l.stamp, newest, keys);
+    notice_listed(core, dir, &l, !l.cut);
     if (l.cut && rent)
         pay_rent(core, dir, rent);
     if (l.cut)
@@ -674,6 +690,7 @@ int core_readdir(struct core *core, const char *path, core_fill_fn fill, void *a
     free(l.staged);
     if (rc == 0)
         mark_listed(core, l.dir, 0, l.stamp, known_dir_time(core, l.dir), l.count);
+    notice_listed(core, l.dir, &l, rc == 0);
     if (rc == -ENOENT &&
         (staged || (core->stage && stage_stat(core->stage, l.dir, &(struct store_stat){0}))))
         rc = 0; /* a directory that exists only on this mount so far */

@@ -3,25 +3,27 @@
  * mount (see ckindex.h).
  *
  * State: a chained hash from checkpoint directory (store path) to what we
- * know of it: the .metadata fingerprint last noticed, whether its index is
+ * know of it: its metadata files and their fingerprint last noticed, whether its index is
  * being built, ready (with its id in the LMDB index) or failed. Protected by
  * ci->lock; builds and lookups run without it (LMDB has its own locking,
  * and a read transaction per lookup is cheap). A build stores its index
  * under ci->store_lock and only while its version is still the directory's
  * current one, so an older build that ends last cannot replace (and so
- * delete) the index of a newer one. A build reads .metadata
- * pinned to the ETag it fingerprints (ckpt_io_from_store_pinned): a
- * .metadata replaced meanwhile is indexed under its own fingerprint, never
- * under the old one.
+ * delete) the index of a newer one. A build reads the metadata files
+ * pinned to the ETags it fingerprints (ckpt_io_from_pinset): a file
+ * replaced meanwhile is indexed under its own fingerprint, never under the
+ * old one.
  */
 #include "ckindex.h"
 
+#include "ckpt.h"
 #include "ckpt_io_store.h"
 #include "idxdb.h"
 #include "log.h"
 #include "strutil.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -36,7 +38,9 @@ struct ckdir {
     struct ckdir *next;
     enum dir_state state;
     uint64_t id;     /* DIR_READY: the checkpoint's id in the index */
-    uint32_t nfiles; /* DIR_READY: the files its .metadata names */
+    uint32_t nfiles; /* DIR_READY: the files its metadata names */
+    size_t nmeta;    /* its metadata files last noticed (names owned) */
+    struct ckindex_meta *meta;
     char fingerprint[IDXDB_FP_MAX];
     char dir[];
 };
@@ -55,14 +59,16 @@ struct ckindex {
     struct ckindex_stats st;             /* protected by lock */
 };
 
-/* How often a build starts over when .metadata changes while it is read. */
+/* How often a build starts over when metadata changes while it is read. */
 #define BUILD_TRIES 3
+
+#define INDEX_JSON "model.safetensors.index.json"
 
 struct build_job {
     struct ckindex *ci;
     char fingerprint[IDXDB_FP_MAX];
-    char etag[STORE_ETAG_MAX]; /* of the .metadata version fingerprinted */
-    uint64_t size;             /* ... and its size */
+    size_t nmeta; /* the metadata files fingerprinted, at their versions */
+    struct ckindex_meta *meta;
     /* A .metadata this mount published: its bytes and the files it names
      * with their sizes on the store (NULL/0: read the store). */
     void *bytes;
@@ -72,13 +78,123 @@ struct build_job {
     char dir[];
 };
 
+static void meta_free(struct ckindex_meta *m, size_t n)
+{
+    for (size_t i = 0; m && i < n; i++)
+        free((char *)m[i].name);
+    free(m);
+}
+
+/* A copy of m[0..n) with its names, or NULL. */
+static struct ckindex_meta *meta_copy(const struct ckindex_meta *m, size_t n)
+{
+    struct ckindex_meta *c = calloc(n ? n : 1, sizeof *c);
+    for (size_t i = 0; c && i < n; i++) {
+        c[i] = m[i];
+        if (!(c[i].name = strdup(m[i].name))) {
+            meta_free(c, i);
+            return NULL;
+        }
+    }
+    return c;
+}
+
 static void build_job_free(struct build_job *j)
 {
     for (size_t i = 0; i < j->nfiles; i++)
         free((char *)j->files[i].name);
     free(j->files);
     free(j->bytes);
+    meta_free(j->meta, j->nmeta);
     free(j);
+}
+
+/* ---- which files describe a checkpoint, and their fingerprint ---- */
+
+static int has_suffix(const char *s, const char *suf)
+{
+    size_t a = strlen(s), b = strlen(suf);
+    return a >= b && strcmp(s + a - b, suf) == 0;
+}
+
+enum meta_kind { META_NONE, META_GLOBAL, META_RANK, META_HF };
+
+static enum meta_kind kind_of(const char *name)
+{
+    if (strcmp(name, ".metadata") == 0)
+        return META_GLOBAL;
+    if (ckpt_rank_metadata_of(name) >= 0)
+        return META_RANK;
+    if (strcmp(name, INDEX_JSON) == 0 || has_suffix(name, ".safetensors"))
+        return META_HF;
+    return META_NONE;
+}
+
+int ckindex_metadata_name(const char *name)
+{
+    return kind_of(name) != META_NONE;
+}
+
+size_t ckindex_pick(const struct ckindex_meta *files, size_t n, size_t *pick)
+{
+    enum meta_kind best = META_NONE;
+    for (size_t i = 0; i < n; i++) {
+        enum meta_kind k = kind_of(files[i].name);
+        if (k != META_NONE && (best == META_NONE || k < best))
+            best = k; /* .metadata, then __R.metadata, then Hugging Face */
+    }
+    size_t np = 0;
+    for (size_t i = 0; best != META_NONE && i < n; i++)
+        if (kind_of(files[i].name) == best)
+            pick[np++] = i;
+    return np;
+}
+
+static int cmp_meta_ptr(const void *a, const void *b)
+{
+    const struct ckindex_meta *x = *(const struct ckindex_meta *const *)a;
+    const struct ckindex_meta *y = *(const struct ckindex_meta *const *)b;
+    return strcmp(x->name, y->name);
+}
+
+/* FNV-1a 64 over len bytes, from h. */
+static uint64_t fnv1a(uint64_t h, const void *p, size_t len)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
+}
+
+void ckindex_fingerprint(const struct ckindex_meta *files, size_t n, char *out, size_t len)
+{
+    if (n == 1 && strcmp(files[0].name, ".metadata") == 0) {
+        store_fingerprint(&files[0].st, out, len);
+        return;
+    }
+    const struct ckindex_meta **order = malloc((n ? n : 1) * sizeof *order);
+    if (!order) {
+        snprintf(out, len, "unknown"); /* never stored: the build fails without memory */
+        return;
+    }
+    for (size_t i = 0; i < n; i++)
+        order[i] = &files[i];
+    qsort(order, n, sizeof *order, cmp_meta_ptr);
+    /* Two FNV-1a hashes (other bases) of "name\0etag\0size\0" per file. */
+    uint64_t h1 = 0xcbf29ce484222325ull, h2 = 0x84222325cbf29ce4ull;
+    for (size_t i = 0; i < n; i++) {
+        char size[32];
+        int sl = snprintf(size, sizeof size, "%" PRIu64, order[i]->st.size);
+        const char *parts[3] = {order[i]->name, order[i]->st.etag, size};
+        size_t lens[3] = {strlen(parts[0]) + 1, strlen(parts[1]) + 1, (size_t)sl + 1};
+        for (int k = 0; k < 3; k++) {
+            h1 = fnv1a(h1, parts[k], lens[k]);
+            h2 = fnv1a(h2, parts[k], lens[k]);
+        }
+    }
+    snprintf(out, len, "files=%zu first=%.64s hash=%016" PRIx64 "%016" PRIx64, n,
+             n ? order[0]->name : "", h1, h2);
+    free(order);
 }
 
 static size_t dir_bucket(const char *dir, size_t len)
@@ -161,47 +277,101 @@ static int stored_index_matches(struct ckindex *ci, const char *key, const char 
     return match;
 }
 
-/* The build of dir moves on from version fingerprint from to to (its
- * .metadata changed under it). 0 if dir has meanwhile been noticed at
- * another version: that version's own build does the work. */
-static int rebuild_as(struct ckindex *ci, const char *dir, const char *from, const char *to)
+/* 1 if fp is still the version noticed for dir. */
+static int is_current(struct ckindex *ci, const char *dir, const char *fp)
 {
     pthread_mutex_lock(&ci->lock);
     struct ckdir *d = dir_find_locked(ci, dir, strlen(dir));
-    int mine = d && strcmp(d->fingerprint, from) == 0;
-    if (mine)
-        snprintf(d->fingerprint, sizeof d->fingerprint, "%s", to);
+    int current = d && strcmp(d->fingerprint, fp) == 0;
     pthread_mutex_unlock(&ci->lock);
+    return current;
+}
+
+/* The build of dir moves on from version fingerprint from to to, the
+ * metadata files meta[0..n) (one changed under it). 0 if dir has meanwhile
+ * been noticed at another version: that version's own build does the work. */
+static int rebuild_as(struct ckindex *ci, const char *dir, const char *from, const char *to,
+                      const struct ckindex_meta *meta, size_t n)
+{
+    struct ckindex_meta *copy = meta_copy(meta, n);
+    if (!copy)
+        return 0;
+    pthread_mutex_lock(&ci->lock);
+    struct ckdir *d = dir_find_locked(ci, dir, strlen(dir));
+    int mine = d && strcmp(d->fingerprint, from) == 0;
+    if (mine) {
+        snprintf(d->fingerprint, sizeof d->fingerprint, "%s", to);
+        meta_free(d->meta, d->nmeta);
+        d->meta = copy;
+        d->nmeta = n;
+        copy = NULL;
+    }
+    pthread_mutex_unlock(&ci->lock);
+    meta_free(copy, n);
     return mine;
 }
 
-/* Parse dir's checkpoint with its .metadata pinned to the version noticed
- * (etag, size) and store it under key and fp: 0 and *id, -ESTALE if
- * .metadata is no longer that version, or another error (e says why). The
- * store sees one GET of .metadata and nothing else: the files are the ones
- * it names, their sizes what the mount knows (ci->known), no listing. */
-static int build_pinned(struct ckindex *ci, const char *dir, const char *key, const char *etag,
-                        uint64_t size, const char *fp, uint64_t *id, struct ckpt_err *e)
+/* Parse dir's checkpoint with its metadata files pinned to the versions
+ * noticed (j->meta) and store it under key and j->fingerprint: 0 and *id,
+ * -ESTALE if one of them is no longer that version, or another error (e says
+ * why). ckpt_load detects the format from the metadata files (the io lists
+ * them from memory), so the store sees one GET per metadata file and
+ * nothing else: the files are the ones they name, their sizes what the
+ * mount knows (ci->known), no listing. */
+static int build_set(struct ckindex *ci, const struct build_job *j, const char *key, uint64_t *id,
+                     struct ckpt_err *e)
 {
-    char *mpath = ckpt_path_join(dir, ".metadata");
-    if (!mpath)
+    struct ckpt_io_pinned_file *pins = calloc(j->nmeta ? j->nmeta : 1, sizeof *pins);
+    if (!pins)
         return -ENOMEM;
-    struct ckpt_io_pin pin = {ci->store, mpath, etag, size, ci->known, ci->known_arg};
+    for (size_t i = 0; i < j->nmeta; i++)
+        pins[i] =
+            (struct ckpt_io_pinned_file){j->meta[i].name, j->meta[i].st.etag, j->meta[i].st.size};
+    struct ckpt_io_pinset set = {.store = ci->store,
+                                 .dir = j->dir,
+                                 .files = pins,
+                                 .nfiles = j->nmeta,
+                                 .known = ci->known,
+                                 .known_arg = ci->known_arg};
     struct ckpt_io io;
-    ckpt_io_from_store_pinned(&io, &pin);
+    ckpt_io_from_pinset(&io, &set);
     struct ckpt_load_options opt;
     ckpt_load_options_default(&opt);
     opt.stat_files = CKPT_FILES_KNOWN;
     struct ckpt *c = NULL;
-    /* A DCP checkpoint for sure (a .metadata was opened): no detection listing. */
-    int rc = ckpt_load_file(&io, dir, ".metadata", &opt, &c, e);
+    int rc = ckpt_load(&io, j->dir, &opt, &c, e);
+    ckpt_io_pinset_done(&set);
     if (rc == 0)
-        rc = store_if_current(ci, dir, key, fp, c, id, e);
+        rc = store_if_current(ci, j->dir, key, j->fingerprint, c, id, e);
     if (rc == 0)
-        log_info("index: built %s (%u items in %u files)", key, c->nitems, c->nfiles);
+        log_info("index: built %s (%u items in %u files, from %zu metadata file%s)", key, c->nitems,
+                 c->nfiles, j->nmeta, j->nmeta == 1 ? "" : "s");
     ckpt_free(c);
-    free(mpath);
+    free(pins);
     return rc;
+}
+
+/* The build of dir found one of its metadata files changed (-ESTALE): ask
+ * the store for the versions there now and move the build to them (1), or
+ * 0 (one is gone, or dir was noticed anew meanwhile: that build does the
+ * work). */
+static int restat_set(struct ckindex *ci, struct build_job *j)
+{
+    for (size_t i = 0; i < j->nmeta; i++) {
+        char *p = ckpt_path_join(j->dir, j->meta[i].name);
+        struct store_stat st;
+        int ok = p && ci->store->ops->stat(ci->store, p, &st) == 0 && !st.is_dir;
+        free(p);
+        if (!ok)
+            return 0;
+        j->meta[i].st = st;
+    }
+    char fp[IDXDB_FP_MAX];
+    ckindex_fingerprint(j->meta, j->nmeta, fp, sizeof fp);
+    if (!rebuild_as(ci, j->dir, j->fingerprint, fp, j->meta, j->nmeta))
+        return 0;
+    snprintf(j->fingerprint, sizeof j->fingerprint, "%s", fp);
+    return 1;
 }
 
 /* Build from what this mount published (no store requests): 0, or an error
@@ -241,6 +411,8 @@ static void build_job_run(void *arg)
             finish_build(ci, j->dir, j->fingerprint, DIR_FAILED, 0, 0, 0);
             break;
         }
+        if (!is_current(ci, j->dir, j->fingerprint))
+            break; /* noticed anew while queued: that version's build does the work */
         if (stored_index_matches(ci, key, j->fingerprint, &id, &nfiles)) {
             log_info("index: %s is up to date (reused)", key);
             finish_build(ci, j->dir, j->fingerprint, DIR_READY, id, nfiles, 1);
@@ -257,28 +429,20 @@ static void build_job_run(void *arg)
             }
         }
         if (rc != 0 && rc != -ECANCELED)
-            rc = build_pinned(ci, j->dir, key, j->etag, j->size, j->fingerprint, &id, &e);
+            rc = build_set(ci, j, key, &id, &e);
         if (rc == 0 || rc == -ECANCELED) /* stored and recorded, or superseded */
             break;
-        struct store_stat st;
-        char *mpath =
-            rc == -ESTALE && tries < BUILD_TRIES ? ckpt_path_join(j->dir, ".metadata") : NULL;
-        int restat = mpath && ci->store->ops->stat(ci->store, mpath, &st) == 0 && !st.is_dir;
-        free(mpath);
-        if (restat) {
-            /* Replaced since it was noticed: index the version there now
-             * (under its own fingerprint), unless a newer notice took over. */
-            char fp[IDXDB_FP_MAX];
-            store_fingerprint(&st, fp, sizeof fp);
-            log_info("index: %s/.metadata changed while being indexed; starting over", key);
-            if (!rebuild_as(ci, j->dir, j->fingerprint, fp))
-                break;
-            snprintf(j->fingerprint, sizeof j->fingerprint, "%s", fp);
-            snprintf(j->etag, sizeof j->etag, "%s", st.etag);
-            j->size = st.size;
-            continue;
+        if (rc == -ESTALE && tries < BUILD_TRIES) {
+            /* Replaced since it was noticed: index the versions there now
+             * (under their own fingerprint), unless a newer notice took over. */
+            log_info("index: metadata of %s changed while being indexed; starting over", key);
+            if (restat_set(ci, j))
+                continue;
+            if (is_current(ci, j->dir, j->fingerprint))
+                finish_build(ci, j->dir, j->fingerprint, DIR_FAILED, 0, 0, 0);
+            break;
         }
-        /* Once per .metadata version: the state stays FAILED until it changes. */
+        /* Once per metadata version: the state stays FAILED until it changes. */
         log_warn("index: cannot index %s: %s; reads continue without the index", key,
                  e.msg[0] ? e.msg : ckpt_strerror(rc));
         finish_build(ci, j->dir, j->fingerprint, DIR_FAILED, 0, 0, 0);
@@ -288,24 +452,36 @@ static void build_job_run(void *arg)
     build_job_free(j);
 }
 
-/* The build job for dir, or NULL (already built or building this version,
- * or out of memory). */
+/* The build job for dir with metadata files meta[0..n), or NULL (already
+ * built or building this version, or out of memory). */
 static struct build_job *notice_job(struct ckindex *ci, const char *dir,
-                                    const struct store_stat *metadata)
+                                    const struct ckindex_meta *meta, size_t n)
 {
     char fp[IDXDB_FP_MAX];
-    store_fingerprint(metadata, fp, sizeof fp);
+    ckindex_fingerprint(meta, n, fp, sizeof fp);
     size_t len = strlen(dir);
+    struct ckindex_meta *kept = meta_copy(meta, n);
+    struct build_job *j = calloc(1, sizeof *j + len + 1);
+    if (!kept || !j || !(j->meta = meta_copy(meta, n))) {
+        meta_free(kept, n);
+        free(j);
+        return NULL;
+    }
+    j->nmeta = n;
     pthread_mutex_lock(&ci->lock);
     struct ckdir *d = dir_find_locked(ci, dir, len);
     if (d && strcmp(d->fingerprint, fp) == 0) {
         pthread_mutex_unlock(&ci->lock);
+        meta_free(kept, n);
+        build_job_free(j);
         return NULL; /* this version is built, being built, or known bad */
     }
     if (!d) {
         d = calloc(1, sizeof *d + len + 1);
         if (!d) {
             pthread_mutex_unlock(&ci->lock);
+            meta_free(kept, n);
+            build_job_free(j);
             return NULL;
         }
         memcpy(d->dir, dir, len + 1);
@@ -317,17 +493,13 @@ static struct build_job *notice_job(struct ckindex *ci, const char *dir,
     }
     d->state = DIR_BUILDING;
     snprintf(d->fingerprint, sizeof d->fingerprint, "%s", fp);
+    meta_free(d->meta, d->nmeta);
+    d->meta = kept;
+    d->nmeta = n;
     pthread_mutex_unlock(&ci->lock);
 
-    struct build_job *j = calloc(1, sizeof *j + len + 1);
-    if (!j) {
-        finish_build(ci, dir, fp, DIR_FAILED, 0, 0, 0);
-        return NULL;
-    }
     j->ci = ci;
     snprintf(j->fingerprint, sizeof j->fingerprint, "%s", fp);
-    snprintf(j->etag, sizeof j->etag, "%s", metadata->etag);
-    j->size = metadata->size;
     memcpy(j->dir, dir, len + 1);
     return j;
 }
@@ -340,18 +512,95 @@ static void submit_job(struct ckindex *ci, struct build_job *j)
     }
 }
 
-void ckindex_notice(struct ckindex *ci, const char *dir, const struct store_stat *metadata)
+/* Notice dir by the metadata files among files[0..n) (ckindex_pick). */
+static void notice_files(struct ckindex *ci, const char *dir, const struct ckindex_meta *files,
+                         size_t n)
 {
-    struct build_job *j = notice_job(ci, dir, metadata);
+    size_t *pick = malloc((n ? n : 1) * sizeof *pick);
+    struct ckindex_meta *set = calloc(n ? n : 1, sizeof *set);
+    size_t np = pick && set ? ckindex_pick(files, n, pick) : 0;
+    for (size_t i = 0; i < np; i++)
+        set[i] = files[pick[i]];
+    struct build_job *j = np ? notice_job(ci, dir, set, np) : NULL;
     if (j)
         submit_job(ci, j);
+    free(set);
+    free(pick);
+}
+
+void ckindex_notice(struct ckindex *ci, const char *dir, const struct store_stat *metadata)
+{
+    struct ckindex_meta m = {".metadata", *metadata};
+    notice_files(ci, dir, &m, 1);
+}
+
+void ckindex_notice_file(struct ckindex *ci, const char *dir, const char *name,
+                         const struct store_stat *st)
+{
+    pthread_mutex_lock(&ci->lock);
+    struct ckdir *d = dir_find_locked(ci, dir, strlen(dir));
+    size_t n = d ? d->nmeta : 0;
+    struct ckindex_meta *all = meta_copy(d ? d->meta : NULL, n);
+    struct ckindex_meta *grown = all ? realloc(all, (n + 1) * sizeof *all) : NULL;
+    pthread_mutex_unlock(&ci->lock);
+    if (!grown) {
+        meta_free(all, n);
+        return;
+    }
+    all = grown;
+    size_t i = 0;
+    while (i < n && strcmp(all[i].name, name) != 0)
+        i++;
+    if (i == n)
+        all[n++].name = NULL;
+    free((char *)all[i].name);
+    all[i] = (struct ckindex_meta){strdup(name), *st};
+    if (all[i].name)
+        notice_files(ci, dir, all, n);
+    meta_free(all, n);
+}
+
+void ckindex_scan_add(struct ckindex_scan *sc, const char *name, const struct store_stat *st)
+{
+    if (sc->oom || st->is_dir || !ckindex_metadata_name(name))
+        return;
+    if (sc->n == sc->cap) {
+        size_t cap = sc->cap ? 2 * sc->cap : 8;
+        struct ckindex_meta *grown = realloc(sc->files, cap * sizeof *grown);
+        if (!grown) {
+            sc->oom = 1;
+            return;
+        }
+        sc->files = grown;
+        sc->cap = cap;
+    }
+    if (!(sc->files[sc->n].name = strdup(name))) {
+        sc->oom = 1;
+        return;
+    }
+    sc->files[sc->n++].st = *st;
+}
+
+void ckindex_scan_end(struct ckindex *ci, const char *dir, struct ckindex_scan *sc, int complete)
+{
+    /* Without memory some files may be missing: only a .metadata is sure. */
+    if (complete && !sc->oom) {
+        notice_files(ci, dir, sc->files, sc->n);
+    } else {
+        for (size_t i = 0; i < sc->n; i++)
+            if (strcmp(sc->files[i].name, ".metadata") == 0)
+                ckindex_notice(ci, dir, &sc->files[i].st);
+    }
+    meta_free(sc->files, sc->n);
+    *sc = (struct ckindex_scan){0};
 }
 
 void ckindex_notice_published(struct ckindex *ci, const char *dir,
                               const struct store_stat *metadata, const void *bytes, size_t len,
                               const struct store_file_size *files, size_t nfiles)
 {
-    struct build_job *j = notice_job(ci, dir, metadata);
+    struct ckindex_meta m = {".metadata", *metadata};
+    struct build_job *j = notice_job(ci, dir, &m, 1);
     if (!j)
         return;
     /* Without memory for the copies the build reads the store. */
@@ -539,6 +788,7 @@ void ckindex_close(struct ckindex *ci)
         struct ckdir *d = ci->dirs[b];
         while (d) {
             struct ckdir *next = d->next;
+            meta_free(d->meta, d->nmeta);
             free(d);
             d = next;
         }

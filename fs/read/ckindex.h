@@ -1,13 +1,31 @@
 /*
  * fs/read/ckindex.h - the mount's checkpoint indexes.
  *
- * When the core sees a checkpoint directory (a listing shows a .metadata,
- * or a .metadata is opened), ckindex makes sure the persistent index
- * (index/idxdb.h, under CACHE_DIR/index) describes that .metadata: if the
- * stored fingerprint (ETag and size) matches, the index is reused as it is,
- * which is what a remount sees; otherwise it is (re)built in the background
- * from the store. A .metadata that cannot be parsed is logged once per
- * version and its directory stays unindexed: reads work, unguided.
+ * Every format the offline index reads (index/load.h, ckpt_load) is
+ * indexed here too, with the same detection and parsers:
+ *   DCP            .metadata                       (a listing, an open, a publish)
+ *   DCP per rank   __R.metadata, no .metadata      (a listing; a publish here)
+ *                  (torch >= 2.9 use_collectives=False; merged: ckpt_merge)
+ *   Hugging Face   model.safetensors.index.json and/or *.safetensors
+ *                  with neither of the above       (a listing)
+ * The files of the first kind a directory has are its metadata files (ckindex_pick).
+ * A complete listing of a directory notices it by them; an open or a
+ * publish of .metadata, and a publish by this mount of an __R.metadata,
+ * notice that file (others of the set as last noticed); a listing cut at
+ * its first page (a large directory) notices a .metadata only. Opens of the
+ * other files notice nothing: the lookup's listing did, or a partial set
+ * would be built only to be rebuilt. Bare *.safetensors directories (a
+ * model repository without an index json) are indexed like the others:
+ * reading their headers costs one GET per file.
+ *
+ * ckindex makes sure the persistent index (index/idxdb.h, under
+ * CACHE_DIR/index) describes those files: if the stored fingerprint (of
+ * every metadata file's name, ETag and size: ckindex_fingerprint) matches,
+ * the index is reused as it is, which is what a remount sees; otherwise it
+ * is (re)built in the background from the store, one GET per metadata file
+ * (a safetensors file's header: its first 64 KiB) and no listing. Metadata
+ * that cannot be parsed is logged once per version and its directory stays
+ * unindexed: reads work, unguided.
  *
  * The prefetcher asks ckindex_items() which item holds a byte of a file and
  * which items follow it in layout order.
@@ -35,6 +53,44 @@ struct ckindex_stats {
     uint64_t lookups; /* lookups in a ready index (item plans, siblings) */
 };
 
+/* One file of a directory that may describe a checkpoint: its name (no
+ * directory part) and its attributes on the store. */
+struct ckindex_meta {
+    const char *name;
+    struct store_stat st;
+};
+
+/* 1 if a file called name may describe a checkpoint (.metadata,
+ * __R.metadata, model.safetensors.index.json, *.safetensors), else 0. */
+int ckindex_metadata_name(const char *name);
+
+/* The metadata files among a directory's files[0..n) (distinct names), by
+ * ckpt_load's detection: .metadata alone; else every __R.metadata; else the
+ * index json and every *.safetensors. Writes their positions in files to
+ * pick (room for n) and returns how many (0: no checkpoint). */
+size_t ckindex_pick(const struct ckindex_meta *files, size_t n, size_t *pick);
+
+/* The fingerprint of the metadata files files[0..n) (any order; distinct
+ * names) into out (IDXDB_FP_MAX bytes fit any): a .metadata alone gets
+ * store_fingerprint's (what ckptfs-admin records for it); any other set a
+ * hash of every file's name, ETag and size in name order. */
+void ckindex_fingerprint(const struct ckindex_meta *files, size_t n, char *out, size_t len);
+
+/* The candidates one listing of a directory saw (zero it to begin). */
+struct ckindex_scan {
+    struct ckindex_meta *files; /* names owned */
+    size_t n, cap;
+    int oom;
+};
+
+/* Note a listed file if its name may describe a checkpoint. */
+void ckindex_scan_add(struct ckindex_scan *sc, const char *name, const struct store_stat *st);
+
+/* The listing of dir (store path) ended: notice dir by the metadata files
+ * it saw (complete: the whole directory was listed; else only a .metadata
+ * counts), then free sc's contents. */
+void ckindex_scan_end(struct ckindex *ci, const char *dir, struct ckindex_scan *sc, int complete);
+
 /* What the mount knows of the file at store path without a request (its
  * metadata cache): 0 and *size, -ENOENT (known absent), or 1 (unknown). */
 typedef int (*ckindex_known_fn)(void *arg, const char *path, uint64_t *size);
@@ -59,6 +115,12 @@ void ckindex_close(struct ckindex *ci);
 /* The checkpoint directory dir (store path) has this .metadata: make sure
  * its index matches, scheduling a build if needed. Never blocks on I/O. */
 void ckindex_notice(struct ckindex *ci, const char *dir, const struct store_stat *metadata);
+
+/* As ckindex_notice, for the metadata file name of dir at version st (an
+ * __R.metadata this mount published): merged into the files last noticed
+ * for dir (ckindex_pick decides what counts). */
+void ckindex_notice_file(struct ckindex *ci, const char *dir, const char *name,
+                         const struct store_stat *st);
 
 /* As ckindex_notice, for a .metadata this mount has just published: its
  * bytes and every file it names with its size on the store (what the commit
@@ -101,7 +163,7 @@ int ckindex_building(struct ckindex *ci, const char *path);
  * (indexed, being indexed, or failed to index). */
 int ckindex_is_checkpoint(struct ckindex *ci, const char *dir);
 
-/* How many files the .metadata of checkpoint directory dir names: > 0 once
+/* How many files the metadata of checkpoint directory dir names: > 0 once
  * its index is ready, 0 while it is being built, -1 if it will not be known
  * (not a checkpoint noticed here, or its index failed). */
 int64_t ckindex_file_count(struct ckindex *ci, const char *dir);

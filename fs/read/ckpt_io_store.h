@@ -11,25 +11,42 @@
  * "etag=ETAG size=SIZE", the form the index keeps to detect changes. */
 void ckpt_io_from_store(struct ckpt_io *io, struct store *s);
 
-/* One file read at one version: reads of path fail with -ESTALE once the
- * object there no longer has etag (so what is read is the version whose
- * fingerprint was taken, never a newer one under the old fingerprint). */
-struct ckpt_io_pin {
-    struct store *store;
-    const char *path; /* store path */
-    const char *etag; /* "" pins nothing (a backend without etags) */
-    uint64_t size;    /* pin->path's size in that version */
-    /* Optional: the io's known (load.h): what the mount knows of a file
-     * without a request (its metadata cache), with known_arg. */
-    int (*known)(void *known_arg, const char *path, uint64_t *size);
-    void *known_arg;
+/* The files a checkpoint directory's index is built from (its .metadata,
+ * its __R.metadata, or its Hugging Face index json and *.safetensors), each
+ * read at one version. */
+struct ckpt_io_pinned_file {
+    const char *name; /* relative to the directory, no '/' */
+    const char *etag; /* "" pins nothing */
+    uint64_t size;
 };
 
-/* Fill io so that it reads through pin->store, with reads of pin->path
- * pinned to pin->etag and its stat answered from the pin (no request; a
- * read of another version fails -ESTALE), and io->known from pin->known.
- * pin (and its strings) must outlive io. */
-void ckpt_io_from_store_pinned(struct ckpt_io *io, const struct ckpt_io_pin *pin);
+struct ckpt_io_pinset {
+    struct store *store;
+    const char *dir; /* store path of the checkpoint directory */
+    const struct ckpt_io_pinned_file *files;
+    size_t nfiles;
+    /* Optional: what the mount knows of a file without a request (its
+     * metadata cache): load.h's known, with known_arg. */
+    int (*known)(void *known_arg, const char *path, uint64_t *size);
+    void *known_arg;
+    /* Private (zero them; ckpt_io_pinset_done frees): the first bytes of the
+     * last pinned file read from its start, so a safetensors header (8-byte
+     * length, then the JSON) costs one GET. */
+    char *head_path;
+    void *head;
+    size_t head_len;
+};
+
+/* Fill io so that the listing of set->dir is set->files (no request: what
+ * ckpt_load's detection and per-rank merge list), their stats come from the
+ * set, their reads are pinned to their etags (-ESTALE once one changed) and
+ * a read from the start of one fetches its first 64 KiB at most once; other
+ * files are stat'ed by set->known, else the store, and read unpinned. set
+ * must outlive io; call ckpt_io_pinset_done(set) after. */
+void ckpt_io_from_pinset(struct ckpt_io *io, struct ckpt_io_pinset *set);
+
+/* Free what reads through the set kept. */
+void ckpt_io_pinset_done(struct ckpt_io_pinset *set);
 
 /* A checkpoint directory as this mount just published it: the .metadata's
  * bytes and every file it names with the size the commit check found on the

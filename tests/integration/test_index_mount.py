@@ -6,9 +6,19 @@ is put on each store. Checks: opening .metadata builds the index under the cache
 .metadata rebuilds it, an unparsable .metadata leaves reads working with one log
 line, and reads are guided by the index (a read inside an item fetches that whole
 item and not the rest of the file; reads that step through the items fetch ahead).
+
+The other formats the offline index reads are indexed by the mount too: the real
+torch 2.14 saves of tests/fixtures/torch2 (per-rank __R.metadata of
+use_collectives=False; Hugging Face shards with and without their index json) get an
+index when a listing shows them, built with one GET per metadata file and no other
+request, reused on a remount, rebuilt when one __R.metadata changes. Reads inside an
+item are guided for a per-rank checkpoint (the torch 1.13 one above, its .metadata
+split into one __R.metadata per rank with torch 1.13's own classes) and for Hugging
+Face shards of ~2 MiB tensors written here in the safetensors format.
 """
 import json
 import os
+import struct
 import subprocess
 import time
 
@@ -246,3 +256,193 @@ def test_lookups_in_a_checkpoint_dir_use_one_listing(store, mounter, checkpoint)
     assert after["head_requests"] - before["head_requests"] == 0, (before, after)
     assert after["list_requests"] - before["list_requests"] <= 2, (before, after)
     assert names  # each would cost a HEAD without the listing
+
+
+# ---- per-rank (__R.metadata) and Hugging Face checkpoints -----------------------------
+
+TORCH2_FIX = os.path.join(REPO, "tests", "fixtures", "torch2", "t2.14")
+
+# torch 1.13's Metadata classes: one __R.metadata per rank, each with the items of that
+# rank's file and the chunks they hold (what dcp.save(use_collectives=False) writes).
+SPLIT_PER_RANK = r"""
+import os, pickle, shutil, sys
+sys.path.insert(0, sys.argv[3])
+import dcp_workload  # noqa: F401  (torch 1.13's import shim for Python 3.11)
+from torch.distributed._shard.checkpoint.metadata import Metadata, TensorStorageMetadata
+src, dst = sys.argv[1], sys.argv[2]
+md = pickle.load(open(os.path.join(src, ".metadata"), "rb"))
+os.makedirs(dst)
+for rank, name in enumerate(sorted({si.relative_path for si in md.storage_data.values()})):
+    storage = {k: v for k, v in md.storage_data.items() if v.relative_path == name}
+    sdm = {}
+    for fqn, meta in md.state_dict_metadata.items():
+        mine = {tuple(k.offset) for k in storage if k.fqn == fqn}
+        if mine and isinstance(meta, TensorStorageMetadata):
+            meta = TensorStorageMetadata(meta.properties, meta.size,
+                                         [c for c in meta.chunks if tuple(c.offsets) in mine])
+        if mine:
+            sdm[fqn] = meta
+    with open(os.path.join(dst, "__%d.metadata" % rank), "wb") as f:
+        pickle.dump(Metadata(state_dict_metadata=sdm, planner_data=None, storage_data=storage), f)
+    shutil.copy(os.path.join(src, name), os.path.join(dst, name))
+"""
+
+
+@pytest.fixture(scope="module")
+def per_rank_checkpoint(checkpoint, tmp_path_factory):
+    """The torch 1.13 checkpoint with __0.metadata and __1.metadata instead of .metadata."""
+    d = str(tmp_path_factory.mktemp("per_rank") / "step_1")
+    subprocess.run(["/usr/bin/python3", "-c", SPLIT_PER_RANK, checkpoint, d,
+                    os.path.join(REPO, "tools", "lib")], check=True, capture_output=True,
+                   timeout=120)
+    return d
+
+
+def write_safetensors(path, tensors):
+    """A safetensors file (8-byte header length, JSON header, data) of F32 tensors
+    [(name, shape, bytes)], in order."""
+    header, off = {}, 0
+    for name, shape, b in tensors:
+        header[name] = {"dtype": "F32", "shape": shape, "data_offsets": [off, off + len(b)]}
+        off += len(b)
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h)
+        for _, _, b in tensors:
+            f.write(b)
+
+
+@pytest.fixture(scope="module")
+def hf_checkpoint(tmp_path_factory):
+    """Two Hugging Face shards of four 2 MiB tensors each, with their index json."""
+    d = tmp_path_factory.mktemp("hf") / "model"
+    d.mkdir()
+    weight_map = {}
+    for shard in (1, 2):
+        name = f"model-0000{shard}-of-00002.safetensors"
+        tensors = [(f"layers.{shard}.w{i}", [512, 1024], harness.data(2 * MiB, seed=10 * shard + i))
+                   for i in range(4)]
+        write_safetensors(str(d / name), tensors)
+        weight_map.update({t[0]: name for t in tensors})
+    (d / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {"total_size": 16 * MiB}, "weight_map": weight_map}))
+    return str(d)
+
+
+def put_dir(store, src, prefix, skip=()):
+    store.put_many([(f"{prefix}/{f}", os.path.join(src, f)) for f in sorted(os.listdir(src))
+                    if f not in skip and os.path.isfile(os.path.join(src, f))])
+
+
+def requests(st):
+    return {k: st[k] for k in ("get_requests", "head_requests", "list_requests")}
+
+
+def test_per_rank_and_hugging_face_checkpoints_are_indexed_and_reused(store, mounter, tmp_path):
+    """Listing a per-rank and two Hugging Face checkpoints (real torch 2.14 saves) indexes
+    each with one GET per metadata file; a remount reuses the three indexes."""
+    put_dir(store, os.path.join(TORCH2_FIX, "per_rank_meta"), "pr/step")
+    put_dir(store, os.path.join(TORCH2_FIX, "hf"), "hf/model")
+    put_dir(store, os.path.join(TORCH2_FIX, "hf"), "bare/model",
+            skip=("model.safetensors.index.json",))
+    # metadata files: 2 __R.metadata; index json + 2 shards; 2 shards
+    gets = {"pr/step": 2, "hf/model": 3, "bare/model": 2}
+    cache = str(tmp_path / "cache")
+    m = mounter(store, "--cache-dir", cache, "--attr-timeout", "30", cache_dir=False)
+    for n, (prefix, want) in enumerate(gets.items(), 1):
+        os.listdir(m.p(prefix.split("/")[0]))  # the parent: nothing to index there
+        before = requests(m.stats())
+        names = os.listdir(m.p(prefix))
+        assert ".metadata" not in names
+        ix = harness.wait_index(m, "ready", n)
+        assert ix["built"] == n and ix["failed"] == 0, (prefix, ix)
+        if isinstance(store, harness.S3Store):  # a listing, then the build: no HEAD, no LIST
+            got = requests(m.stats())
+            assert {k: got[k] - before[k] for k in got} == {
+                "get_requests": want, "head_requests": 0, "list_requests": 1}, (prefix, got)
+    m.close()
+    out = subprocess.run([harness.admin_bin(), "index", "ls", "--cache-dir", cache, "--json"],
+                         check=True, capture_output=True, text=True)
+    keys = sorted(c["key"].rsplit("/", 2)[-2] for c in json.loads(out.stdout)["checkpoints"])
+    assert keys == ["bare", "hf", "pr"], keys
+
+    m2 = mounter(store, "--cache-dir", cache, cache_dir=False)
+    for prefix in gets:
+        os.listdir(m2.p(prefix))
+    ix = harness.wait_index(m2, "ready", 3)
+    assert ix["reused"] == 3 and ix["built"] == 0, ix
+
+
+def test_changed_rank_metadata_rebuilds(store, mounter, tmp_path):
+    """A new version of one __R.metadata is a new version of the checkpoint's index."""
+    src = os.path.join(TORCH2_FIX, "per_rank_meta")
+    put_dir(store, src, "pr/step")
+    cache = str(tmp_path / "cache")
+    m = mounter(store, "--cache-dir", cache, "--attr-timeout", "0.2", cache_dir=False)
+    os.listdir(m.p("pr/step"))
+    harness.wait_index(m, "built", 1)
+    # rank 1's metadata replaced by rank 0's (a valid one, other bytes): merged, the
+    # checkpoint has rank 0's items twice over, so it still indexes
+    store.put("pr/step/__1.metadata", open(os.path.join(src, "__0.metadata"), "rb").read())
+    time.sleep(2.5)  # past --attr-timeout and the 2 s a load keeps a checkpoint's listing
+    os.listdir(m.p("pr/step"))
+    ix = harness.wait_index(m, "built", 2)
+    assert ix["failed"] == 0 and ix["ready"] == 1, ix
+    m.close()
+    m2 = mounter(store, "--cache-dir", cache, cache_dir=False)
+    os.listdir(m2.p("pr/step"))
+    ix = harness.wait_index(m2, "ready", 1)
+    assert ix["reused"] == 1 and ix["built"] == 0, ix  # the new version was stored
+
+
+@pytest.mark.parametrize("kind", ["per_rank", "hf"])
+def test_read_inside_an_item_of_a_per_rank_or_hf_checkpoint(store, mounter, kind, request):
+    if store.kind == "dir":
+        pytest.skip("the local store hands its files to the kernel (splice): nothing to prefetch")
+    src = request.getfixturevalue(f"{kind}_checkpoint")
+    put_dir(store, src, "run/ckpt")
+    fqn = "layers.1.mlp.up.weight" if kind == "per_rank" else "layers.2.w1"
+    chunk = where(src, fqn)[0]
+    size = os.path.getsize(os.path.join(src, chunk["file"]))
+    m = mounter(store)
+    assert ".metadata" not in os.listdir(m.p("run/ckpt"))
+    harness.wait_index(m, "ready", 1)
+    before = m.stats()["get_bytes"]
+    with open(m.p(f"run/ckpt/{chunk['file']}"), "rb", buffering=0) as f:
+        got = os.pread(f.fileno(), 4096, chunk["offset"] + 100)
+    with open(os.path.join(src, chunk["file"]), "rb") as f:
+        f.seek(chunk["offset"] + 100)
+        assert got == f.read(4096)
+    time.sleep(0.5 * harness.slow_factor())  # the item's background fetches end
+    st = m.stats()
+    fetched = st["get_bytes"] - before
+    assert st["index"]["item_prefetches"] >= 1, st["index"]
+    assert fetched >= chunk["length"], (fetched, chunk)  # the whole item ...
+    assert fetched <= chunk["length"] + 2 * MiB, (fetched, chunk)  # ... in 1 MiB blocks
+    assert fetched < size / 2  # not the file
+
+
+def test_rank_metadata_written_through_the_mount_are_indexed(store, mounter, tmp_path):
+    """__R.metadata published by this mount join the set it indexes (no listing needed);
+    the index holds both ranks' files, and a remount's listing finds it up to date."""
+    src = os.path.join(TORCH2_FIX, "per_rank_meta")
+    cache = str(tmp_path / "cache")
+    m = mounter(store, "--cache-dir", cache, cache_dir=False)
+    os.makedirs(m.p("pr/step"))
+    for name in ("__0_0.distcp", "__1_0.distcp", "__0.metadata", "__1.metadata"):
+        with open(os.path.join(src, name), "rb") as f, open(m.p(f"pr/step/{name}"), "wb") as g:
+            g.write(f.read())
+    m.sync("pr/step")  # both published: the set's last version is noticed
+    ix = harness.wait_index(m, "ready", 1)  # (a version noticed anew is not ready until built)
+    assert 1 <= ix["built"] <= 2 and ix["failed"] == 0, ix  # rank 0's, then both; or both
+    m.close()
+    out = subprocess.run([harness.admin_bin(), "index", "ls", "--cache-dir", cache, "--json"],
+                         check=True, capture_output=True, text=True)
+    ckpts = json.loads(out.stdout)["checkpoints"]
+    assert [c["files"] for c in ckpts] == [2], ckpts
+
+    m2 = mounter(store, "--cache-dir", cache, cache_dir=False)
+    os.listdir(m2.p("pr/step"))
+    ix = harness.wait_index(m2, "ready", 1)
+    assert ix["reused"] == 1 and ix["built"] == 0, ix

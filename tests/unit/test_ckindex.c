@@ -452,3 +452,225 @@ Test(ckindex, a_build_lists_nothing_and_records_the_sizes_the_mount_knows)
     cr_assert_eq(present, -1, "a size the mount does not know is recorded unknown");
     cr_assert_eq(size, CKPT_SIZE_UNKNOWN);
 }
+
+/* ---- every format ckpt_load reads: per-rank __R.metadata, Hugging Face ---- */
+
+#define T2 CKPTFS_TORCH2_FIXTURES "/t2.14"
+
+/* Copies fixture file T2/fix/name into the store as dir/name. */
+static void put_torch2(const char *fix, const char *name, const char *dir)
+{
+    char src[512], dst[256];
+    snprintf(src, sizeof src, "%s/%s/%s", T2, fix, name);
+    snprintf(dst, sizeof dst, "%s/%s", dir, name);
+    size_t n;
+    void *b = slurp(src, &n);
+    cr_assert_eq(mem_store_set(ms, dst, b, n, NULL), 0);
+    free(b);
+}
+
+/* A listing of dir that saw names[0..n) (with their attributes on the store).
+ * Returns the store requests made so far (the test's own stats included). */
+static uint64_t list_and_notice(const char *dir, const char *const *names, size_t n)
+{
+    struct ckindex_scan sc = {0};
+    for (size_t i = 0; i < n; i++) {
+        char p[256];
+        snprintf(p, sizeof p, "%s/%s", dir, names[i]);
+        struct store_stat st = stat_of(p);
+        ckindex_scan_add(&sc, names[i], &st);
+    }
+    ckindex_scan_add(&sc, "sub", &(struct store_stat){.is_dir = 1});
+    uint64_t calls = store_calls();
+    ckindex_scan_end(ci, dir, &sc, 1);
+    cr_assert_null(sc.files);
+    return calls;
+}
+
+static const char *const per_rank_names[] = {"__0.metadata", "__0_0.distcp", "__1.metadata",
+                                             "__1_0.distcp"};
+
+static void put_per_rank(void)
+{
+    for (size_t i = 0; i < 4; i++)
+        put_torch2("per_rank_meta", per_rank_names[i], "pr");
+}
+
+Test(ckindex, pick_follows_the_detection_of_ckpt_load)
+{
+    struct ckindex_meta f[] = {{"__1.metadata", {0}},  {"model.safetensors.index.json", {0}},
+                               {"__0_0.distcp", {0}},  {"__0.metadata", {0}},
+                               {"a.safetensors", {0}}, {".metadata", {0}}};
+    size_t pick[6];
+    cr_assert_eq(ckindex_pick(f, 6, pick), 1, ".metadata alone");
+    cr_assert_eq(pick[0], 5);
+    cr_assert_eq(ckindex_pick(f, 5, pick), 2, "every __R.metadata");
+    cr_assert_eq(pick[0], 0);
+    cr_assert_eq(pick[1], 3);
+    cr_assert_eq(ckindex_pick(f + 1, 2, pick), 1, "an index json");
+    struct ckindex_meta hf[] = {{"config.json", {0}},
+                                {"model-1.safetensors", {0}},
+                                {"model.safetensors.index.json", {0}},
+                                {"model-2.safetensors", {0}}};
+    cr_assert_eq(ckindex_pick(hf, 4, pick), 3, "the index json and every shard");
+    cr_assert_eq(pick[0], 1);
+    cr_assert_eq(pick[2], 3);
+    cr_assert_eq(ckindex_pick(hf + 3, 1, pick), 1, "bare shards");
+    cr_assert_eq(ckindex_pick(hf, 1, pick), 0, "no checkpoint");
+    cr_assert_eq(ckindex_pick(f + 2, 1, pick), 0, "a shard file alone is none");
+    cr_assert_eq(ckindex_metadata_name("__12.metadata"), 1);
+    cr_assert_eq(ckindex_metadata_name("__1_0.metadata"), 0);
+    cr_assert_eq(ckindex_metadata_name("x.safetensors.index.json"), 0, "ckpt_load reads one name");
+}
+
+static void fp_of(const struct ckindex_meta *f, size_t n, char *out)
+{
+    ckindex_fingerprint(f, n, out, IDXDB_FP_MAX);
+}
+
+Test(ckindex, the_fingerprint_covers_every_file_in_name_order)
+{
+    struct ckindex_meta f[3] = {{"__0.metadata", {.size = 100, .etag = "\"a\""}},
+                                {"__1.metadata", {.size = 100, .etag = "\"b\""}},
+                                {"__2.metadata", {.size = 100, .etag = "\"c\""}}};
+    char base[IDXDB_FP_MAX], fp[IDXDB_FP_MAX];
+    fp_of(f, 3, base);
+    struct ckindex_meta swapped[3] = {f[2], f[0], f[1]};
+    fp_of(swapped, 3, fp);
+    cr_assert_str_eq(fp, base, "the order files come in does not count");
+    for (int i = 0; i < 3; i++) { /* each file's ETag, size and name count */
+        struct ckindex_meta g[3] = {f[0], f[1], f[2]};
+        snprintf(g[i].st.etag, sizeof g[i].st.etag, "\"z\"");
+        fp_of(g, 3, fp);
+        cr_assert_str_neq(fp, base, "ETag of file %d", i);
+        g[i] = f[i];
+        g[i].st.size = 101;
+        fp_of(g, 3, fp);
+        cr_assert_str_neq(fp, base, "size of file %d", i);
+        g[i] = f[i];
+        g[i].name = "__7.metadata";
+        fp_of(g, 3, fp);
+        cr_assert_str_neq(fp, base, "name of file %d", i);
+    }
+    fp_of(f, 2, fp);
+    cr_assert_str_neq(fp, base, "a file fewer");
+    /* Fields run into each other nowhere: "a" + "bc" is not "ab" + "c". */
+    struct ckindex_meta x = {"__0.metadata", {.size = 1, .etag = "12"}};
+    struct ckindex_meta y = {"__0.metadata", {.size = 21, .etag = "1"}};
+    char fx[IDXDB_FP_MAX];
+    fp_of(&x, 1, fx);
+    fp_of(&y, 1, fp);
+    cr_assert_str_neq(fx, fp);
+    /* A .metadata alone: the form ckptfs-admin records (store_fingerprint). */
+    struct ckindex_meta md = {".metadata", {.size = 5, .etag = "\"e\""}};
+    char want[IDXDB_FP_MAX];
+    store_fingerprint(&md.st, want, sizeof want);
+    fp_of(&md, 1, fp);
+    cr_assert_str_eq(fp, want);
+    cr_assert_lt(strlen(base), IDXDB_FP_MAX);
+}
+
+Test(ckindex, a_per_rank_checkpoint_is_built_from_its_rank_metadata_alone)
+{
+    put_per_rank();
+    uint64_t reads = mem_store_calls(ms, MEM_OP_READ);
+    uint64_t calls = list_and_notice("pr", per_rank_names, 4);
+    cr_assert_eq(ckindex_is_checkpoint(ci, "pr"), 1);
+    struct ckindex_stats st = wait_settled(1);
+    cr_assert_eq(st.built, 1);
+    cr_assert_eq(st.failed, 0);
+    cr_assert_eq(mem_store_calls(ms, MEM_OP_READ) - reads, 2, "one GET per __R.metadata");
+    cr_assert_eq(store_calls() - calls, 2, "nothing else");
+    cr_assert_eq(ckindex_file_count(ci, "pr"), 2);
+    struct ckindex_span sp[4];
+    cr_assert_eq(ckindex_items(ci, "pr/__1_0.distcp", 0, 0, sp, 4), 1, "rank 1's items too");
+    /* The same files listed again: nothing new; a remount reuses the index. */
+    list_and_notice("pr", per_rank_names, 4);
+    close_index();
+    open_index();
+    list_and_notice("pr", per_rank_names, 4);
+    st = wait_settled(1);
+    cr_assert_eq(st.reused, 1);
+    cr_assert_eq(st.built, 0);
+}
+
+Test(ckindex, a_changed_rank_metadata_rebuilds_the_index)
+{
+    put_per_rank();
+    list_and_notice("pr", per_rank_names, 4);
+    wait_settled(1);
+    /* __1.metadata gets other bytes (rank 0's: valid, merged to the same items). */
+    size_t n;
+    void *b = slurp(T2 "/per_rank_meta/__0.metadata", &n);
+    cr_assert_eq(mem_store_set(ms, "pr/__1.metadata", b, n, NULL), 0);
+    free(b);
+    list_and_notice("pr", per_rank_names, 4);
+    struct ckindex_stats st;
+    for (int i = 0; i < 1000; i++) {
+        ckindex_get_stats(ci, &st);
+        if (st.built + st.failed >= 2 && st.ready == 1)
+            break;
+        nanosleep(&(struct timespec){0, 10000000}, NULL);
+    }
+    cr_assert_eq(st.built, 2, "a new __1.metadata is a new version");
+    cr_assert_eq(st.failed, 0);
+}
+
+Test(ckindex, rank_metadata_published_here_join_the_set)
+{
+    put_per_rank();
+    struct store_stat r0 = stat_of("pr/__0.metadata"), r1 = stat_of("pr/__1.metadata");
+    ckindex_notice_file(ci, "pr", "__0.metadata", &r0);
+    wait_settled(1);
+    cr_assert_eq(ckindex_file_count(ci, "pr"), 1, "rank 0 alone names its file");
+    ckindex_notice_file(ci, "pr", "__1.metadata", &r1);
+    struct ckindex_stats st;
+    for (int i = 0; i < 1000 && ckindex_file_count(ci, "pr") != 2; i++)
+        nanosleep(&(struct timespec){0, 10000000}, NULL);
+    cr_assert_eq(ckindex_file_count(ci, "pr"), 2, "both ranks' files");
+    /* What a listing then finds is the same set: the same version. */
+    list_and_notice("pr", per_rank_names, 4);
+    ckindex_get_stats(ci, &st);
+    cr_assert_eq(st.built, 2);
+    cr_assert_eq(st.ready, 1);
+}
+
+Test(ckindex, hugging_face_shards_are_built_from_their_headers)
+{
+    const char *names[] = {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors",
+                           "model.safetensors.index.json"};
+    for (size_t i = 0; i < 3; i++) {
+        put_torch2("hf", names[i], "hf");
+        if (i < 2)
+            put_torch2("hf", names[i], "bare");
+    }
+    uint64_t calls = list_and_notice("hf", names, 3);
+    wait_settled(1);
+    cr_assert_eq(store_calls() - calls, 3, "index json + a GET per header, nothing else");
+    calls = list_and_notice("bare", names, 2); /* no index json */
+    struct ckindex_stats st = wait_settled(2);
+    cr_assert_eq(st.built, 2);
+    cr_assert_eq(st.failed, 0);
+    /* + the stat that finds no index json (a mount knows that from its listing) */
+    cr_assert_eq(store_calls() - calls, 3, "a GET per header, nothing else: %llu",
+                 (unsigned long long)(store_calls() - calls));
+    cr_assert_eq(mem_store_calls(ms, MEM_OP_LIST), 0);
+    cr_assert_eq(ckindex_file_count(ci, "hf"), 2);
+    cr_assert_eq(ckindex_file_count(ci, "bare"), 2);
+    struct ckindex_span sp[2];
+    cr_assert_eq(ckindex_items(ci, "bare/model-00001-of-00002.safetensors", 9000, 0, sp, 2), 1);
+}
+
+Test(ckindex, a_cut_listing_notices_a_metadata_only)
+{
+    put_per_rank();
+    struct ckindex_scan sc = {0};
+    struct store_stat st = stat_of("pr/__0.metadata");
+    ckindex_scan_add(&sc, "__0.metadata", &st);
+    ckindex_scan_end(ci, "pr", &sc, 0);
+    cr_assert_eq(ckindex_is_checkpoint(ci, "pr"), 0, "other ranks may follow");
+    st = stat_of("ck/.metadata");
+    ckindex_scan_add(&sc, ".metadata", &st);
+    ckindex_scan_end(ci, "ck", &sc, 0);
+    cr_assert_eq(ckindex_is_checkpoint(ci, "ck"), 1);
+}
