@@ -7,6 +7,8 @@
  */
 #include "stage.h"
 
+#include "dirmv.h"
+#include "recover.h"
 #include "strutil.h"
 #include "upload.h"
 #include "wfile.h"
@@ -48,6 +50,33 @@ int stage_rename_dir(struct stage *st, const char *from, const char *to)
     wfile_release_all(st, below, n);
     pthread_mutex_unlock(&st->lock);
     return rc;
+}
+
+/* A multipart copy (above STORE_MAX_PART) to path begins an upload there:
+ * wait until recovery's second sweep has passed path, so it is not taken
+ * for one the dead daemon began (what stage_wait_sweep does). */
+static void wait_sweep_before_copy(void *arg, const char *path, uint64_t size)
+{
+    struct stage *st = arg;
+    if (size <= STORE_MAX_PART)
+        return;
+    pthread_mutex_lock(&st->lock);
+    while (!st->stopping && recover_sweep_pending(st, path))
+        wfile_wait(st, 1.0);
+    pthread_mutex_unlock(&st->lock);
+}
+
+int stage_rename_stored_dir(struct stage *st, const char *from, const char *to, int to_existed)
+{
+    struct dirmv_env e = {.store = st->store,
+                          .journal = st->journal,
+                          .store_name = st->store_name,
+                          .max_objects = st->cfg.rename_dir_max_objects > 0
+                                             ? (uint64_t)st->cfg.rename_dir_max_objects
+                                             : 0,
+                          .before_copy = wait_sweep_before_copy,
+                          .arg = st};
+    return dirmv_run(&e, from, to, to_existed);
 }
 
 /* ---- namespace overlay -------------------------------------------------- */
