@@ -22,7 +22,8 @@
  *   top     stage.c (the client calls), stage_life.c (open, close, the
  *           supervisor thread), stage_names.c (the names staging adds)
  *   middle  upload.c (upload.h), which calls commit.c (commit.h) and
- *           recover.c (recover.h); writeback.c (writeback.h)
+ *           recover.c (recover.h), which calls dirmv.c (dirmv.h: directory
+ *           renames on a store of keys); writeback.c (writeback.h)
  *   bottom  wfile.c (wfile.h: the records, the table by path, references,
  *           a file's journal record, waits), journal.c, extents.c, parts.c
  * What a lower module must tell an upper one goes through a callback set by
