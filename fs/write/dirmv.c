@@ -266,6 +266,8 @@ static int run_step(struct run *r, size_t begin, size_t end)
     r->end = end;
     atomic_store(&r->next, 0);
     int nt = r->e->parallel > 0 ? r->e->parallel : DIRMV_PARALLEL;
+    if (r->deleting && r->items[begin].kind == DIRMV_MARKER)
+        nt = 1; /* one by one, deepest first: a marker goes once nothing is below it */
     if ((size_t)nt > end - begin)
         nt = (int)(end - begin);
     pthread_t t[64];
