@@ -71,11 +71,10 @@ class Lister:
 
 
 def check_order(listings, old, new, shards):
-    """The commit rules of a directory rename, over a poller's listings: no listing shows
-    new/.metadata without every shard at new/; none shows old/ shards without
-    old/.metadata after a listing that had old/.metadata lost... i.e. once old/.metadata is
-    gone, a listing may lack old/ shards, but no listing lacks an old/ shard while it still
-    shows old/.metadata."""
+    """The commit rules of a directory rename (semantics.md §12), over a poller's
+    listings: no listing shows new/.metadata without every shard at new/, and none shows
+    old/.metadata without every shard at old/ (its .metadata goes first). Returns how many
+    listings caught the rename in progress (objects under both names)."""
     moving = 0
     for keys in listings:
         if f"{new}/.metadata" in keys:
