@@ -34,15 +34,24 @@ def workload(op, path, check=True):
 
 
 class Slow:
-    """A proxy policy: every request waits a little before it is forwarded; an upload
-    (a PUT that is not a server-side copy) waits `put` seconds."""
+    """A proxy policy: every request waits a little before it is forwarded; with an Event
+    `uploads`, uploads (a PUT with a body that is not a server-side copy) after the first
+    `let_through` wait until it is set."""
 
-    def __init__(self, seconds, put=None):
-        self.seconds, self.put = seconds, put
+    def __init__(self, seconds, uploads=None, let_through=8):
+        self.seconds, self.uploads, self.left = seconds, uploads, let_through
+        self.lock = threading.Lock()
 
     def __call__(self, req):
-        copy = "x-amz-copy-source" in req.headers
-        time.sleep(self.put if self.put and req.method == "PUT" and not copy else self.seconds)
+        upload = (req.method == "PUT" and "x-amz-copy-source" not in req.headers
+                  and int(req.headers.get("content-length", "0") or 0) > 0)
+        if upload and self.uploads is not None:
+            with self.lock:
+                self.left -= 1
+                hold = self.left < 0
+            if hold:
+                self.uploads.wait(120)
+        time.sleep(self.seconds)
         return "pass"
 
 
@@ -88,12 +97,27 @@ def check_order(listings, old, new, shards):
     return moving
 
 
-def rename_and_check(store, a, fresh_mounter, poll):
-    """Save a checkpoint at run/tmp, rename it to run/final through mount a, and check it."""
+def rename_and_check(store, a, fresh_mounter, poll, uploads=None):
+    """Save a checkpoint at run/tmp, rename it to run/final through mount a, and check it.
+    uploads: an Event the proxy holds uploads back until (set once the rename began)."""
     workload("save", a.p("run/tmp"))
     staged = a.stats()["write"]["pending_files"]
+    failed = []
+
+    def rename():
+        try:
+            os.rename(a.p("run/tmp"), a.p("run/final"))
+        except OSError as e:
+            failed.append(e)
+
     with Lister(store, "run") as lister:
-        os.rename(a.p("run/tmp"), a.p("run/final"))
+        t = threading.Thread(target=rename)
+        t.start()
+        if uploads is not None:
+            time.sleep(0.3)
+            uploads.set()
+        t.join(300 * harness.slow_factor())
+    assert not t.is_alive() and not failed, failed
     assert not os.path.exists(a.p("run/tmp")) and os.path.isdir(a.p("run/final"))
     keys = [k for k in store.keys("run/") if k != "run/"]  # the parent's marker stays
     assert keys and all(k.startswith("run/final/") for k in keys), keys
@@ -112,12 +136,14 @@ def rename_and_check(store, a, fresh_mounter, poll):
 def test_rename_checkpoint_dir_s3(s3server, mounter, faultproxy, fsync):
     """A DCP checkpoint renamed on s3rver, the store listed throughout (every request
     through a proxy that delays it, so the poller sees the copies in progress). In staged
-    mode the rename comes while files are still staged (uploads are slowed further): it
-    waits for them, then moves them."""
+    mode the rename comes while most files are still staged (the proxy lets 8 uploads
+    through and holds the others back until the rename began): it publishes them, then
+    copies the directory."""
     store = harness.S3Store(s3server, harness.unique_prefix(f"rename-{fsync}"))
-    slow = faultproxy(s3server.port, policy=Slow(0.03, put=0.4 if fsync == "staged" else None))
-    a = mounter(store, f"--fsync={fsync}", "--upload-workers", "2", endpoint=slow.endpoint)
-    staged = rename_and_check(store, a, lambda: mounter(store), poll=True)
+    uploads = threading.Event() if fsync == "staged" else None
+    slow = faultproxy(s3server.port, policy=Slow(0.03, uploads))
+    a = mounter(store, f"--fsync={fsync}", endpoint=slow.endpoint)
+    staged = rename_and_check(store, a, lambda: mounter(store), poll=True, uploads=uploads)
     if fsync == "staged":
         assert staged > 0, "the rename found nothing staged: not the staged case"
     assert "rename: run/tmp -> run/final: done" in a.log()
