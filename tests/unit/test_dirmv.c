@@ -265,6 +265,26 @@ Test(dirmv, a_failed_copy_is_undone)
     forget_calls();
 }
 
+/* The target was an empty directory (its marker): undoing keeps it. */
+Test(dirmv, undoing_keeps_the_marker_of_a_target_that_existed)
+{
+    put_checkpoint("ck/tmp");
+    cr_assert_eq(mem_store_set(m, "ck/final/", "", 0, NULL), 0);
+    seen.fail_copies_after = 3;
+    mem_store_set_hook(m, watch, NULL);
+    struct dirmv_env e = env();
+    int rc = dirmv_run(&e, "ck/tmp", "ck/final", 1);
+    mem_store_set_hook(m, NULL, NULL);
+    mem_store_fail(m, MEM_OP_COPY, 0, 0);
+    cr_assert_eq(rc, -EIO);
+    size_t len;
+    void *b = mem_store_get(m, "ck/final/", &len);
+    cr_assert_not_null(b, "the target's marker stays");
+    free(b);
+    cr_assert_eq(mem_store_objects(m), SHARDS + 2 + 6 + 1, "the source and the target's marker");
+    forget_calls();
+}
+
 Test(dirmv, too_many_objects_is_exdev_and_moves_nothing)
 {
     put_checkpoint("ck/tmp");
