@@ -321,9 +321,13 @@ static int stored_below(struct core *core, const char *dir)
 }
 
 /* Rename a directory: the store renames it if it can (a local directory),
- * after what is staged below it is on the store; a store of keys (S3)
- * cannot, unless nothing of it is on the store yet: -EXDEV, so mv copies. */
-static int rename_dir(struct core *core, const char *sfrom, const char *sto)
+ * after what is staged below it is on the store. On a store of keys (S3)
+ * a directory with nothing of it on the store yet moves in staging (and its
+ * marker); one with objects on the store is copied server-side, commit files
+ * last, then the old keys are deleted (stage_rename_stored_dir, journaled;
+ * docs/semantics.md, "Renaming a directory on the store"): rename blocks
+ * until that is done; -EXDEV above --rename-dir-max-objects. */
+static int rename_dir(struct core *core, const char *sfrom, const char *sto, int to_existed)
 {
     if (core->store->ops->rename) {
         int rc = stage_sync(core->stage, sfrom);
@@ -334,8 +338,18 @@ static int rename_dir(struct core *core, const char *sfrom, const char *sto)
         return rc;
     }
     int rc = stored_below(core, sfrom);
-    if (rc != 0)
-        return rc < 0 ? rc : -EXDEV;
+    if (rc < 0)
+        return rc;
+    if (rc > 0) {
+        /* Whatever is staged below reaches the store first: the copies then
+         * see every file, and a staged .metadata waits for its shards. */
+        rc = stage_sync(core->stage, sfrom);
+        if (rc == 0)
+            rc = stage_rename_stored_dir(core->stage, sfrom, sto, to_existed);
+        if (rc == 0)
+            rc = stage_rename_dir(core->stage, sfrom, sto); /* files still open */
+        return rc;
+    }
     rc = stage_rename_dir(core->stage, sfrom, sto);
     if (rc == 0 && core->store->ops->mkdir && core->store->ops->rmdir) {
         /* Its marker moves too (nothing else of it is on the store): the new
@@ -422,7 +436,7 @@ int core_rename(struct core *core, const char *from, const char *to, unsigned fl
             return -ENOTDIR;
         if (to_rc == 0 && (rc = replace_empty_dir(core, sto)) < 0)
             return rc;
-        rc = rename_dir(core, sfrom, sto);
+        rc = rename_dir(core, sfrom, sto, to_rc == 0);
     } else if (to_rc == 0 && stt.is_dir) {
         return -EISDIR;
     } else {

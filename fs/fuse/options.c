@@ -162,6 +162,10 @@ static const struct opt table[] = {
      NULL, NULL},
     {"commit-timeout", 0, K_SECONDS, F(core.stage.commit_timeout), 0, 1e9, "SEC",
      "how long a .metadata waits for the files it names (600)", NULL, NULL},
+    {"rename-dir-max-objects", 0, K_INT, F(core.stage.rename_dir_max_objects), 0, 1000000000, "N",
+     "rename a directory on S3 by server-side copies up to N objects\n"
+     "below it (100000; 0 = any); above, rename answers EXDEV (mv copies)",
+     NULL, NULL},
     {"read-only", 0, K_CUSTOM, 0, 0, 0, NULL, "refuse writes (also: -o ro)", set_read_only, NULL},
 
     {"foreground", 'f', K_FLAG, F(foreground), 0, 0, NULL, "stay in the foreground", NULL,

@@ -1,11 +1,11 @@
 /*
  * fs/write/journal.c - the write path's crash journal in LMDB (see journal.h).
  *
- * Two databases: "meta" holds the next staging file id, "files" one record
+ * Three databases: "meta" holds the next staging file id, "files" one record
  * per staged file under its id (8 bytes, big-endian, so LMDB's order is
- * numeric). A record is a fixed little-endian header, five length-prefixed
- * strings and the parts; decoding checks every length against the bytes
- * present and fixed bounds, so a damaged record is refused, never trusted.
+ * numeric), "dirmv" one record per directory rename in progress (same keys). A record is a fixed
+ * little-endian header, five length-prefixed strings and the parts; decoding checks every length
+ * against the bytes present and fixed bounds, so a damaged record is refused, never trusted.
  *
  * Writes are a group commit: callers queue their change and wait; one writer
  * thread applies everything queued in a single transaction (one fdatasync
@@ -159,7 +159,7 @@ int journal_decode(const unsigned char *buf, size_t len, struct journal_rec *r,
 /* One change waiting for the writer thread. */
 struct jop {
     struct jop *next;
-    enum { OP_PUT, OP_DEL, OP_SYNC, OP_META } kind;
+    enum { OP_PUT, OP_DEL, OP_SYNC, OP_META, OP_DIRMV_PUT, OP_DIRMV_DEL } kind;
     uint64_t id, seq;   /* OP_PUT, OP_DEL: the record; OP_META: next_id's new value */
     unsigned char *buf; /* OP_PUT: the encoded record */
     size_t len;
@@ -168,7 +168,7 @@ struct jop {
 
 struct journal {
     MDB_env *env;
-    MDB_dbi meta, files;
+    MDB_dbi meta, files, dirmv;
     pthread_mutex_t lock;
     pthread_cond_t work;     /* signalled when ops are queued or on close */
     pthread_cond_t finished; /* broadcast after each batch */
@@ -216,6 +216,15 @@ static int apply(struct journal *j, MDB_txn *txn, struct jop *op)
         MDB_val mk = {7, "next_id"}, mv = {8, b};
         return mdb_put(txn, j->meta, &mk, &mv, 0);
     }
+    case OP_DIRMV_PUT:
+        key_of(op->id, k);
+        val = (MDB_val){op->len, op->buf};
+        return mdb_put(txn, j->dirmv, &key, &val, 0);
+    case OP_DIRMV_DEL: {
+        key_of(op->id, k);
+        int rc = mdb_del(txn, j->dirmv, &key, NULL);
+        return rc == MDB_NOTFOUND ? 0 : rc;
+    }
     case OP_SYNC:
         return 0;
     }
@@ -241,7 +250,7 @@ static void *writer_main(void *arg)
         int rc = mdb_txn_begin(j->env, NULL, 0, &txn), sync = 0;
         for (struct jop *op = batch; op; op = op->next) {
             op->rc = rc ? rc : apply(j, txn, op);
-            sync |= op->kind == OP_SYNC;
+            sync |= op->kind == OP_SYNC || op->kind == OP_DIRMV_PUT;
         }
         int commit = rc ? rc : mdb_txn_commit(txn);
         if (commit == 0 && sync)
@@ -321,6 +330,8 @@ int journal_open(const char *dir, struct journal **out, char *err, size_t errlen
         rc = mdb_dbi_open(txn, "meta", MDB_CREATE, &j->meta);
     if (!rc)
         rc = mdb_dbi_open(txn, "files", MDB_CREATE, &j->files);
+    if (!rc)
+        rc = mdb_dbi_open(txn, "dirmv", MDB_CREATE, &j->dirmv);
     if (!rc) {
         rc = mdb_txn_commit(txn);
         txn = NULL;
@@ -492,5 +503,146 @@ int journal_foreach(struct journal *j, int (*fn)(void *arg, const struct journal
     }
     free(blobs);
     free(parts);
+    return lmdb_errno(rc);
+}
+
+/* ---- directory rename records ------------------------------------------ */
+
+#define DIRMV_FORMAT 1
+#define DIRMV_HEADER (1 + 1 + 1 + 1 + 8 + 3 * 4)
+
+size_t journal_dirmv_encoded_size(const struct journal_dirmv *r)
+{
+    return DIRMV_HEADER + strlen(str_or_empty(r->store)) + strlen(str_or_empty(r->from)) +
+           strlen(str_or_empty(r->to));
+}
+
+size_t journal_dirmv_encode(const struct journal_dirmv *r, unsigned char *buf, size_t cap)
+{
+    size_t need = journal_dirmv_encoded_size(r);
+    if (cap < need)
+        return 0;
+    const char *strs[3] = {str_or_empty(r->store), str_or_empty(r->from), str_or_empty(r->to)};
+    buf[0] = DIRMV_FORMAT;
+    buf[1] = (unsigned char)r->phase;
+    buf[2] = (unsigned char)r->flags;
+    buf[3] = 0;
+    put_le(buf + 4, r->id, 8);
+    unsigned char *p = buf + DIRMV_HEADER;
+    for (int i = 0; i < 3; i++) {
+        size_t n = strlen(strs[i]);
+        put_le(buf + 12 + 4 * i, n, 4);
+        memcpy(p, strs[i], n);
+        p += n;
+    }
+    return (size_t)(p - buf);
+}
+
+int journal_dirmv_decode(const unsigned char *buf, size_t len, struct journal_dirmv *r,
+                         char *scratch, size_t scratch_len)
+{
+    memset(r, 0, sizeof *r);
+    if (len < DIRMV_HEADER || buf[0] != DIRMV_FORMAT || buf[3] || scratch_len < len + 8)
+        return -EINVAL;
+    r->phase = buf[1];
+    r->flags = buf[2];
+    r->id = get_le(buf + 4, 8);
+    if (r->phase < JOURNAL_DIRMV_COPYING || r->phase > JOURNAL_DIRMV_UNDOING)
+        return -EINVAL;
+    const unsigned char *p = buf + DIRMV_HEADER, *end = buf + len;
+    const char **strs[3] = {&r->store, &r->from, &r->to};
+    char *s = scratch;
+    for (int i = 0; i < 3; i++) {
+        uint64_t n = get_le(buf + 12 + 4 * i, 4);
+        if (n > JOURNAL_STR_MAX || n > (uint64_t)(end - p) || memchr(p, 0, n))
+            return -EINVAL;
+        memcpy(s, p, n);
+        s[n] = '\0';
+        *strs[i] = s;
+        s += n + 1;
+        p += n;
+    }
+    return p == end && *r->from && *r->to ? 0 : -EINVAL;
+}
+
+int journal_dirmv_put(struct journal *j, const struct journal_dirmv *r)
+{
+    struct jop op = {.kind = OP_DIRMV_PUT, .id = r->id};
+    op.len = journal_dirmv_encoded_size(r);
+    op.buf = malloc(op.len);
+    if (!op.buf)
+        return -ENOMEM;
+    journal_dirmv_encode(r, op.buf, op.len);
+    int rc = submit(j, &op); /* the batch is synced: the record is on disk */
+    free(op.buf);
+    return rc;
+}
+
+int journal_dirmv_del(struct journal *j, uint64_t id)
+{
+    struct jop op = {.kind = OP_DIRMV_DEL, .id = id};
+    return submit(j, &op);
+}
+
+int journal_dirmv_foreach(struct journal *j, int (*fn)(void *arg, const struct journal_dirmv *r),
+                          void (*bad)(void *arg, uint64_t id), void *arg)
+{
+    /* Copy the records out first (a handful): fn writes to the journal. */
+    MDB_txn *txn;
+    int rc = mdb_txn_begin(j->env, NULL, MDB_RDONLY, &txn);
+    if (rc)
+        return lmdb_errno(rc);
+    MDB_cursor *cur;
+    rc = mdb_cursor_open(txn, j->dirmv, &cur);
+    if (rc) {
+        mdb_txn_abort(txn);
+        return lmdb_errno(rc);
+    }
+    struct blob {
+        uint64_t id;
+        size_t len;
+        unsigned char *data;
+    } *blobs = NULL;
+    size_t n = 0;
+    MDB_val k, v;
+    int op = MDB_FIRST;
+    while ((rc = mdb_cursor_get(cur, &k, &v, op)) == 0) {
+        op = MDB_NEXT;
+        struct blob *nb = realloc(blobs, (n + 1) * sizeof *nb);
+        unsigned char *d = nb ? malloc(v.mv_size + 1) : NULL;
+        if (nb)
+            blobs = nb;
+        if (!d) {
+            rc = ENOMEM;
+            break;
+        }
+        uint64_t id = 0;
+        for (size_t i = 0; i < k.mv_size && i < 8; i++)
+            id = id << 8 | ((unsigned char *)k.mv_data)[i];
+        memcpy(d, v.mv_data, v.mv_size);
+        blobs[n++] = (struct blob){id, v.mv_size, d};
+    }
+    mdb_cursor_close(cur);
+    mdb_txn_abort(txn);
+    if (rc == MDB_NOTFOUND)
+        rc = 0;
+    int stop = 0;
+    for (size_t i = 0; i < n; i++) {
+        char *scratch = !rc && !stop ? malloc(blobs[i].len + 8) : NULL;
+        struct journal_dirmv r;
+        if (!rc && !stop && !scratch)
+            rc = ENOMEM;
+        else if (scratch && (journal_dirmv_decode(blobs[i].data, blobs[i].len, &r, scratch,
+                                                  blobs[i].len + 8) != 0 ||
+                             r.id != blobs[i].id)) {
+            if (bad)
+                bad(arg, blobs[i].id);
+        } else if (scratch) {
+            stop = fn(arg, &r);
+        }
+        free(scratch);
+        free(blobs[i].data);
+    }
+    free(blobs);
     return lmdb_errno(rc);
 }

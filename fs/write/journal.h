@@ -80,6 +80,48 @@ int journal_new_id(struct journal *j, uint64_t *id);
 int journal_foreach(struct journal *j, int (*fn)(void *arg, const struct journal_rec *r),
                     void (*bad)(void *arg, uint64_t id), void *arg);
 
+/* ---- directory renames on a store of keys (dirmv.h) ----
+ * A second kind of record, in a database of its own: a rename of a directory
+ * whose objects are being copied to the new name (docs/semantics.md,
+ * "Renaming a directory on the store"). It names the two directories and the
+ * phase reached; the objects are listed again from the store when needed. */
+
+#define JOURNAL_DIRMV_COPYING 1  /* copying from's objects to to; from is whole */
+#define JOURNAL_DIRMV_DELETING 2 /* every object is at to; deleting from's */
+#define JOURNAL_DIRMV_UNDOING 3  /* the copy failed: deleting what was copied to to */
+
+#define JOURNAL_DIRMV_TO_EXISTED 0x1 /* to was an (empty) directory before: keep its marker */
+
+struct journal_dirmv {
+    uint64_t id;       /* from journal_new_id (the key) */
+    uint32_t phase;    /* JOURNAL_DIRMV_* */
+    uint32_t flags;    /* JOURNAL_DIRMV_TO_EXISTED */
+    const char *store; /* the store's canonical name */
+    const char *from;  /* store paths of the two directories */
+    const char *to;
+};
+
+/* Store (replace) the directory rename record r->id and force it to disk:
+ * it is written before the first object moves. 0 or a negative errno. */
+int journal_dirmv_put(struct journal *j, const struct journal_dirmv *r);
+
+/* Remove directory rename record id (absent is not an error). */
+int journal_dirmv_del(struct journal *j, uint64_t id);
+
+/* Call fn once per directory rename record, in id order (valid only during
+ * the call; fn may write to the journal); undecodable ones are skipped with
+ * an error logged by the caller through bad. Non-zero from fn stops. */
+int journal_dirmv_foreach(struct journal *j, int (*fn)(void *arg, const struct journal_dirmv *r),
+                          void (*bad)(void *arg, uint64_t id), void *arg);
+
+/* Encoding of a directory rename record (for the unit tests): the bytes
+ * written into buf (cap >= journal_dirmv_encoded_size), and the decoding,
+ * strings pointing into scratch (>= len + 8 bytes); -EINVAL if malformed. */
+size_t journal_dirmv_encoded_size(const struct journal_dirmv *r);
+size_t journal_dirmv_encode(const struct journal_dirmv *r, unsigned char *buf, size_t cap);
+int journal_dirmv_decode(const unsigned char *buf, size_t len, struct journal_dirmv *r,
+                         char *scratch, size_t scratch_len);
+
 /* ---- record encoding (exposed for the unit tests) ---- */
 
 /* Bytes journal_encode needs for r. */

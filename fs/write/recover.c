@@ -17,6 +17,9 @@
  * then the crash came before the id was journaled) are aborted. Records of
  * other stores are left alone for a mount of that store.
  *
+ * Then every directory rename the journal shows interrupted is finished
+ * (or undone) by dirmv.c before the mount serves.
+ *
  * Also the second sweep of those keys a little later (recover_sweep_again),
  * and the sweep of a key after a begin whose answer was lost
  * (recover_sweep_key, which upload.c calls). A middle layer (stage.h):
@@ -25,6 +28,7 @@
 #include "recover.h"
 
 #include "clock.h"
+#include "dirmv.h"
 #include "journal.h"
 #include "log.h"
 #include "parts.h"
@@ -406,6 +410,10 @@ void recover_journal(struct stage *st)
     else
         keep_orphans(st, &c);
     free(c.ids);
+    /* Directory renames a crash interrupted: finished before the mount
+     * serves (the new name gets no commit file before its objects). */
+    struct dirmv_env e = {.store = st->store, .journal = st->journal, .store_name = st->store_name};
+    dirmv_resume_all(&e);
     if (st->nsweep_keys)
         st->sweep_at = mono_seconds() + SWEEP_AGAIN_AFTER;
     if (c.restaged || c.moved || c.discarded)

@@ -2,7 +2,7 @@
  * fs/write/recover.h - taking over the journal at mount, and the sweeps of
  * multipart uploads nobody will complete (recover.c says what becomes of
  * each record). A middle layer of fs/write: calls the records (wfile.h),
- * the journal and the store; never upload.c or stage.c.
+ * the journal, the store and dirmv.c; never upload.c or stage.c.
  */
 #ifndef CKPTFS_RECOVER_H
 #define CKPTFS_RECOVER_H
@@ -12,7 +12,8 @@ struct stage;
 /* Take over the journal's records after a crash or restart: re-stage the
  * sealed files (sealed, not uploading: the caller starts their uploads);
  * move unsealed or untrustworthy data to CACHE_DIR/recovered; abort
- * multipart uploads nobody will complete. Called once from stage_open,
+ * multipart uploads nobody will complete; finish interrupted directory
+ * renames (dirmv.h). Called once from stage_open,
  * before the workers run and the mount serves requests (lock not held). */
 void recover_journal(struct stage *st);
 

@@ -45,6 +45,7 @@ void stage_config_defaults(struct stage_config *cfg)
     cfg->hold_seconds = 30;
     cfg->retry_max_delay = 60;
     cfg->upload_yield_max = 10;
+    cfg->rename_dir_max_objects = 100000;
 }
 
 int is_commit_name(const char *name)

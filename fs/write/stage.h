@@ -22,7 +22,8 @@
  *   top     stage.c (the client calls), stage_life.c (open, close, the
  *           supervisor thread), stage_names.c (the names staging adds)
  *   middle  upload.c (upload.h), which calls commit.c (commit.h) and
- *           recover.c (recover.h); writeback.c (writeback.h)
+ *           recover.c (recover.h), which calls dirmv.c (dirmv.h: directory
+ *           renames on a store of keys); writeback.c (writeback.h)
  *   bottom  wfile.c (wfile.h: the records, the table by path, references,
  *           a file's journal record, waits), journal.c, extents.c, parts.c
  * What a lower module must tell an upper one goes through a callback set by
@@ -111,10 +112,13 @@ struct stage_config {
     void (*on_publish)(void *arg, const char *path, const struct store_stat *st,
                        const struct stage_commit_snapshot *commit);
     void *on_publish_arg;
+    /* A directory on a store of keys with more objects below it than this is
+     * not renamed (-EXDEV, so mv copies); 0 = no limit (default 100000). */
+    int rename_dir_max_objects;
 };
 
 /* Defaults: 8 MiB parts, fsync remote, no budget, 600 s, 8 workers, 30 s,
- * 60 s, PSI, 10 s. */
+ * 60 s, PSI, 10 s, directory renames of up to 100000 objects. */
 void stage_config_defaults(struct stage_config *cfg);
 
 struct stage_stats {
@@ -234,6 +238,15 @@ int stage_rename(struct stage *st, const char *from, const char *to);
 /* Move every staged file below directory from to below to (after the
  * store renamed the directory). */
 int stage_rename_dir(struct stage *st, const char *from, const char *to);
+
+/* Rename directory from to to on a store of keys (no store rename): copy
+ * every object below from server-side, commit files last, then delete the
+ * old ones, journaled so that a crash is finished by the next mount
+ * (dirmv.h). What is staged below from must be on the store already
+ * (stage_sync). to is absent, or an empty directory (to_existed: its marker
+ * stays). Blocks until done. 0, -EXDEV above cfg.rename_dir_max_objects, or
+ * a negative errno (from then is whole again, or to is complete). */
+int stage_rename_stored_dir(struct stage *st, const char *from, const char *to, int to_existed);
 
 /* Forget the staged file at path: its upload is cancelled (a multipart
  * upload aborted). 0, or -ENOENT if nothing is staged there. */

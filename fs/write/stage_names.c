@@ -7,6 +7,9 @@
  */
 #include "stage.h"
 
+#include "clock.h"
+#include "dirmv.h"
+#include "recover.h"
 #include "strutil.h"
 #include "upload.h"
 #include "wfile.h"
@@ -48,6 +51,52 @@ int stage_rename_dir(struct stage *st, const char *from, const char *to)
     wfile_release_all(st, below, n);
     pthread_mutex_unlock(&st->lock);
     return rc;
+}
+
+/* A multipart copy (above STORE_MAX_PART) to path begins an upload there:
+ * wait until recovery's second sweep has passed path, so it is not taken
+ * for one the dead daemon began (what stage_wait_sweep does). */
+static void wait_sweep_before_copy(void *arg, const char *path, uint64_t size)
+{
+    struct stage *st = arg;
+    if (size <= STORE_MAX_PART)
+        return;
+    pthread_mutex_lock(&st->lock);
+    while (!st->stopping && recover_sweep_pending(st, path))
+        wfile_wait(st, 1.0);
+    pthread_mutex_unlock(&st->lock);
+}
+
+/* 1 if an upload of a file removed below dir may still land there (lock
+ * held): it would be deleted again when it lands (stage.h), but a listing
+ * of dir meanwhile would copy it to the new name, where nobody deletes it. */
+static int stray_below(struct stage *st, const char *dir)
+{
+    WFILE_ASSERT_LOCKED(st);
+    for (struct wfile *wf = st->files; wf; wf = wf->next)
+        if (wf->unlinked && (wf->jobs > 0 || wf->discard) && path_at_or_below(wf->path, dir))
+            return 1;
+    return 0;
+}
+
+#define STRAY_WAIT_SECONDS 30.0 /* then the rename goes ahead anyway (a stray may be copied) */
+
+int stage_rename_stored_dir(struct stage *st, const char *from, const char *to, int to_existed)
+{
+    pthread_mutex_lock(&st->lock);
+    double until = mono_seconds() + STRAY_WAIT_SECONDS;
+    while (!st->stopping && stray_below(st, from) && mono_seconds() < until)
+        wfile_wait(st, 0.1);
+    pthread_mutex_unlock(&st->lock);
+    struct dirmv_env e = {.store = st->store,
+                          .journal = st->journal,
+                          .store_name = st->store_name,
+                          .max_objects = st->cfg.rename_dir_max_objects > 0
+                                             ? (uint64_t)st->cfg.rename_dir_max_objects
+                                             : 0,
+                          .before_copy = wait_sweep_before_copy,
+                          .arg = st};
+    return dirmv_run(&e, from, to, to_existed);
 }
 
 /* ---- namespace overlay -------------------------------------------------- */

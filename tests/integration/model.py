@@ -15,9 +15,6 @@ node wrote it"). A worker process writes files through A (several processes). A 
 third mount checks now and then that everything synced reads back (another node's view).
 
 What the model allows where semantics.md allows several outcomes:
-  * renaming a directory on S3 (§6): EXDEV when something of it is on the store (a
-    synced file, a subdirectory's marker), success when nothing can be, either one when
-    an upload may be under way;
   * kill -9 while a file is open for writing (§7): the file keeps what the store had
     (the op syncs first), and the unsealed bytes are kept under stage/recovered;
   * a held temporary is on the store only after a sync, an unmount or a rename, or 30 s
@@ -786,18 +783,8 @@ class Run:
             want = {errno.ENOENT}
         elif md.is_dir(dst) and md.children(dst):
             want = {errno.ENOTEMPTY}
-        elif self.kind == "s3":
-            fs = md.files_below(src)
-            if md.dirs_below(src) or any(md.status(p) == "yes" for p in fs):
-                want = {errno.EXDEV}
-            elif any(below(p, src) for p in md.strays):
-                want = {0, errno.EXDEV}  # an upload of a removed file may be landing
-            elif all(md.status(p) == "no" for p in fs):
-                want = {0}
-            else:
-                want = {0, errno.EXDEV}
         else:
-            want = {0}
+            want = {0}  # S3: copied object by object after a sync of it (§12)
         got = _errno(lambda: os.rename(self.p(m, src), self.p(m, dst)))
         self.expect(f"rename of directory {src} {dst}", got, want)
         if got == 0:
@@ -808,8 +795,7 @@ class Run:
             for d in md.dirs_below(src) + [src]:
                 md.dirs.discard(d)
                 md.dirs.add(dst + d[len(src):])
-            if self.kind == "dir":
-                self._synced(moved)  # the local store renames after a sync of it
+            self._synced(moved)  # both stores rename after a sync of it
         self.check_view(m)
         self.check_store_step()
 

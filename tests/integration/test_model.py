@@ -164,20 +164,6 @@ def test_checker_catches_a_held_temporary_uploaded_at_close(tmp_path):
         run.close()
 
 
-def test_checker_catches_a_directory_rename_s3_refuses(s3server, tmp_path, monkeypatch):
-    """On S3 a directory with a synced file in it is not renamed (EXDEV, §6): a model that
-    says it is diverges at that step."""
-    run = model.Run("s3", "remote", str(tmp_path / "run"), s3server).start()
-    try:
-        for op in [("mkdir", 0, "a"), ("write", 0, "a/f", 0, 10, 1, False, False),
-                   ("sync", 0, "a")]:
-            run.step(op)
-        monkeypatch.setattr(run, "kind", "dir")  # the local store's rule
-        _expect_divergence("errno", lambda: run.step(("rename", 0, "a", "b")))
-    finally:
-        run.close()
-
-
 def test_shrinker_finds_a_minimal_sequence():
     """ddmin keeps only the ops a failure needs (here: 3 before 7)."""
     def fails(ops):

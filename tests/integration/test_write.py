@@ -349,8 +349,7 @@ def test_directories_mkdir_rmdir_and_modes(wstore, mounter):
 def test_a_renamed_or_removed_directory_leaves_no_stale_names(mounter, tmp_path):
     """§6: after a directory rename the files show under the new name and not the old
     one; after rmdir and mkdir of the same name, the old entries are gone (the metadata
-    cache forgot everything below both names). A local store: S3 cannot rename a
-    directory with objects in it (EXDEV, mv copies)."""
+    cache forgot everything below both names). A local store (S3: test_rename_dir.py)."""
     store = harness.DirStore(str(tmp_path / "store"))
     mnt = mounter(store, "--attr-timeout", "30")  # stale entries would outlive the test
     os.mkdir(mnt.p("b"))
