@@ -1,4 +1,4 @@
-"""tests/integration/test_attrs.py - modes, owners and times persist (docs/semantics.md,
+"""tests/integration/test_attrs.py - modes, owners and times persist (docs/semantics.md §12,
 "Modes, owners and times"); several users on one mount (docs/operations.md, "Several
 users on one mount"); special files and hard links are refused.
 
@@ -11,6 +11,7 @@ import os
 import shutil
 import stat
 import subprocess
+import time
 
 import pytest
 
@@ -43,7 +44,7 @@ def attrs(path):
 
 
 def test_mode_owner_time_defaults_without_metadata(astore, mounter):
-    """An object nobody set attributes on shows the defaults (0644, the mounting user)."""
+    """§12: an object nobody set attributes on shows the defaults (0644, the mounting user)."""
     astore.put("plain.bin", b"x" * 10)
     m = mounter(astore)
     st = os.stat(m.p("plain.bin"))
@@ -52,7 +53,7 @@ def test_mode_owner_time_defaults_without_metadata(astore, mounter):
 
 @pytest.mark.parametrize("fsync", FSYNC_MODES)
 def test_chmod_chown_utime_are_stored_and_returned(astore, mounter, fsync):
-    """semantics.md "Modes, owners and times": set on a stored file, on a staged (open)
+    """§12: set on a stored file, on a staged (open)
     file, on a directory: the writing mount shows them at once and after the upload, and
     a fresh mount shows them too."""
     m = mounter(astore, f"--fsync={fsync}")
@@ -115,7 +116,7 @@ def tree(root):
 @pytest.mark.parametrize("fsync", FSYNC_MODES)
 def test_rsync_cp_tar_round_trip_a_tree_exactly(astore, mounter, fsync, tmp_path):
     """rsync -a, cp -a and tar into the mount and back out to local disk give the tree
-    back exactly: content, modes, mtimes (semantics.md "Modes, owners and times")."""
+    back exactly: content, modes, mtimes (§12)."""
     src = str(tmp_path / "src")
     make_tree(src)
     want = tree(src)
@@ -143,7 +144,7 @@ def test_rsync_cp_tar_round_trip_a_tree_exactly(astore, mounter, fsync, tmp_path
 
 
 def test_chmod_of_a_large_stored_object_copies_it_onto_itself(dedicated_s3server, mounter):
-    """Setting attributes of a stored object sends no bytes again: one metadata-only
+    """§12: setting attributes of a stored object sends no bytes again: one metadata-only
     CopyObject (no PUT, no part), and the object's bytes stay as they were."""
     s = harness.S3Store(dedicated_s3server, "big")
     body = harness.data(12 << 20, seed=3)
@@ -214,7 +215,7 @@ def test_several_users_on_one_mount(astore, mounter, traversable):
 
 
 def test_special_files_and_hard_links_are_refused(astore, mounter):
-    """semantics.md "Modes, owners and times": mkfifo and mknod fail with EPERM, link
+    """§12: mkfifo and mknod fail with EPERM, link
     with EPERM; a regular file made by mknod works."""
     m = mounter(astore)
     with open(m.p("f"), "wb") as f:
@@ -230,3 +231,63 @@ def test_special_files_and_hard_links_are_refused(astore, mounter):
     os.mknod(m.p("regular"), 0o600 | stat.S_IFREG)
     assert stat.S_IMODE(os.stat(m.p("regular")).st_mode) == 0o600
     assert not os.path.exists(m.p("special")) and not os.path.exists(m.p("g"))
+
+
+@pytest.fixture
+def s3fs_mounter(tmp_path):
+    """s3fs-fuse mounts of an s3rver bucket prefix: s3fs_mounter(store) -> mountpoint;
+    every one is unmounted (fusermount3 -u) and its process reaped at the end."""
+    if not shutil.which("s3fs"):
+        pytest.skip("s3fs is not installed")
+    procs = []
+    passwd = tmp_path / "s3fs-passwd"
+    passwd.write_text(f"{harness.S3_KEY}:{harness.S3_SECRET}\n")
+    os.chmod(passwd, 0o600)
+
+    def make(store):
+        mnt = tmp_path / f"s3fs{len(procs)}"
+        mnt.mkdir()
+        bucket = f"{store.bucket}:/{store.prefix}" if store.prefix else store.bucket
+        p = subprocess.Popen(["s3fs", bucket, str(mnt), "-f", "-o",
+                              f"url={store.server.endpoint},use_path_request_style,"
+                              f"passwd_file={passwd},stat_cache_expire=1,enable_noobj_cache"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        procs.append((p, str(mnt)))
+        deadline = time.monotonic() + 10
+        while not os.path.ismount(str(mnt)):
+            assert p.poll() is None and time.monotonic() < deadline, "s3fs did not mount"
+            time.sleep(0.05)
+        return str(mnt)
+
+    yield make
+    for p, mnt in procs:
+        subprocess.run(["fusermount3", "-u", mnt], stderr=subprocess.DEVNULL)
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def test_attributes_are_s3fs_compatible(s3server, mounter, s3fs_mounter):
+    """§12: the metadata is s3fs's (x-amz-meta-mode/uid/gid/mtime): a mode, owner and time set
+    through ckptfs show through s3fs on the same bucket, and those set through s3fs show
+    through ckptfs (--attrs=exact, as a listing carries none)."""
+    store = harness.S3Store(s3server, harness.unique_prefix("s3fs-interop"))
+    m = mounter(store)
+    with open(m.p("ours.bin"), "wb") as f:
+        f.write(b"o" * 100)
+    m.sync()
+    os.chmod(m.p("ours.bin"), 0o640)
+    os.chown(m.p("ours.bin"), 1234, 1235)
+    os.utime(m.p("ours.bin"), (PAST, PAST))
+    theirs = s3fs_mounter(store)
+    assert attrs(os.path.join(theirs, "ours.bin")) == (stat.S_IFREG, 0o640, 1234, 1235,
+                                                     PAST * 10**9)
+    with open(os.path.join(theirs, "theirs.bin"), "wb") as f:
+        f.write(b"t" * 100)
+    os.chmod(os.path.join(theirs, "theirs.bin"), 0o600)
+    os.chown(os.path.join(theirs, "theirs.bin"), 4321, 4322)
+    os.utime(os.path.join(theirs, "theirs.bin"), (PAST + 7, PAST + 7))
+    fresh = mounter(store, "--attrs=exact")
+    assert attrs(fresh.p("theirs.bin")) == (stat.S_IFREG, 0o600, 4321, 4322, (PAST + 7) * 10**9)
