@@ -121,7 +121,7 @@ void core_staged_dir_time(struct core *core, const char *spath, struct store_sta
 int core_lookup_store(struct core *core, const char *spath, struct store_stat *st);
 
 /* An entry was created, removed or renamed in dir through the mount: a time
- * set on dir no longer holds (attr.c). */
+ * set on dir no longer holds (setattr.c). */
 void core_dir_entry_changed(struct core *core, const char *dir);
 
 /* An upload landed in dir: on the local store, put back the time this mount
