@@ -104,6 +104,11 @@ int core_open_write(struct core *core, const char *spath, int flags, struct core
         if (rc < 0)
             return rc;
         flags &= ~O_TRUNC;
+        /* Its mode and owner stay those of the object it replaces (issue #18). */
+        core_known_attrs(core, spath, &st);
+        st.attrs.set &= STORE_ATTR_MODE | STORE_ATTR_UID | STORE_ATTR_GID;
+        if (st.attrs.set)
+            stage_set_attrs_wf(core->stage, wf, &st.attrs);
     }
     struct core_file *f;
     int rc = core_file_staged(core, wf, 1, &f);

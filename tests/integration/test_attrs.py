@@ -291,3 +291,28 @@ def test_attributes_are_s3fs_compatible(s3server, mounter, s3fs_mounter):
     os.utime(os.path.join(theirs, "theirs.bin"), (PAST + 7, PAST + 7))
     fresh = mounter(store, "--attrs=exact")
     assert attrs(fresh.p("theirs.bin")) == (stat.S_IFREG, 0o600, 4321, 4322, (PAST + 7) * 10**9)
+
+
+@pytest.mark.parametrize("fsync", FSYNC_MODES)
+def test_rewriting_a_file_keeps_its_mode_and_owner(astore, mounter, fsync):
+    """§12: a file opened for writing (appended to, or truncated) keeps the mode and owner
+    it had; its time becomes the write's."""
+    m = mounter(astore, f"--fsync={fsync}")
+    for name in ("appended", "truncated"):
+        with open(m.p(name), "wb") as f:
+            f.write(b"1" * 100)
+    m.sync()
+    for name in ("appended", "truncated"):
+        os.chmod(m.p(name), 0o600)
+        os.chown(m.p(name), 1234, 1235)
+        os.utime(m.p(name), (PAST, PAST))
+    with open(m.p("appended"), "ab") as f:
+        f.write(b"2")
+    with open(m.p("truncated"), "wb") as f:
+        f.write(b"3")
+    m.sync()
+    fresh = mounter(astore, *exact(astore))
+    for mnt in (m, fresh):
+        for name in ("appended", "truncated"):
+            got = attrs(mnt.p(name))
+            assert got[:4] == (stat.S_IFREG, 0o600, 1234, 1235) and got[4] > PAST * 10**9, name
