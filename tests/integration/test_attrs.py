@@ -144,14 +144,18 @@ def test_rsync_cp_tar_round_trip_a_tree_exactly(astore, mounter, fsync, tmp_path
 
 
 def test_chmod_of_a_large_stored_object_copies_it_onto_itself(dedicated_s3server, mounter):
-    """§12: setting attributes of a stored object sends no bytes again: one metadata-only
-    CopyObject (no PUT, no part), and the object's bytes stay as they were."""
+    """§12: a new file's mode goes with its (multipart) upload; setting attributes of a
+    stored object sends no bytes again: one metadata-only CopyObject (no PUT, no part)
+    per call, and the object's bytes stay as they were."""
     s = harness.S3Store(dedicated_s3server, "big")
     body = harness.data(12 << 20, seed=3)
     m = mounter(s)
-    with open(m.p("big.bin"), "wb") as f:
+    fd = os.open(m.p("big.bin"), os.O_WRONLY | os.O_CREAT, 0o600)  # a multipart upload
+    with os.fdopen(fd, "wb") as f:
         f.write(body)
     m.sync()
+    meta = s.s3.head_object(Bucket=s.bucket, Key=s.key("big.bin"))["Metadata"]
+    assert meta == {"mode": str(stat.S_IFREG | 0o600)}, "sent with CreateMultipartUpload"
     before = m.stats()["write"]
     os.chmod(m.p("big.bin"), 0o640)
     os.utime(m.p("big.bin"), (PAST, PAST))
