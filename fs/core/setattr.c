@@ -56,6 +56,13 @@ int core_setattr(struct core *core, const char *path, struct core_file *f,
             s.attrs = known;
     }
     struct store_attrs m = merged(&s.attrs, a);
+    if (!s.is_dir && !(m.set & STORE_ATTR_MTIME) && s.mtime_ns) {
+        /* A copy gets a new LastModified: keep the file's time (chmod and
+         * chown do not change it). A directory's time stays its newest
+         * entry's (§10) unless one is set. */
+        m.set |= STORE_ATTR_MTIME;
+        m.mtime_ns = s.mtime_ns;
+    }
     char etag[STORE_ETAG_MAX];
     rc = store->ops->set_attrs(store, spath, s.is_dir, s.etag, s.size, &m, etag);
     if (rc < 0)
