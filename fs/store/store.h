@@ -33,7 +33,7 @@
 #define STORE_MAX_PART (5ull << 30) /* S3: largest part, PUT or CopyObject: 5 GiB */
 
 /* ---- attributes: modes, owners, times (issue #18; docs/semantics.md,
- * "Modes, owners and times"). Kept in this block to ease merging. ----
+ * "Modes, owners and times"). ----
  *
  * An object's or directory's attributes as the store keeps them: on S3 the
  * s3fs convention of user metadata (x-amz-meta-mode: decimal st_mode with
