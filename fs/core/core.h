@@ -104,6 +104,10 @@ int core_truncate(struct core *core, const char *path, struct core_file *f, uint
 /* Remember the thread (kernel thread id, as FUSE names callers; 0 =
  * unknown) that opened f for writing, and its process. */
 void core_file_set_opener(struct core_file *f, pid_t thread);
+/* 1 if reads of f should bypass the kernel's page cache (FOPEN_DIRECT_IO):
+ * a read-only handle of a checkpoint's *.distcp read through the block
+ * cache (see files.c for why). */
+int core_file_direct_reads(const struct core_file *f);
 /* close() by thread (0 = unknown): publish what the handle wrote (see
  * stage_flush). Every close(2) of a descriptor sends one, also a forked
  * child's close of one it inherited: a close from another process than the
