@@ -35,7 +35,8 @@ struct core_config {
     uint64_t readahead_max;    /* largest readahead window */
     uint32_t kernel_readahead; /* how far the kernel reads past a reader (prefetch.h) */
     int workers;               /* background fetch threads */
-    int attrs_exact; /* --attrs=exact: ask the store for a file's attributes once per version */
+    int attrs_exact;  /* --attrs=exact: ask the store for a file's attributes once per version */
+    int direct_reads; /* --direct-reads: checkpoint data files bypass the page cache */
     const char *cache_dir;     /* on-disk state (index, staging); NULL = none (read-only) */
     int writable;              /* accept writes (needs cache_dir and a store that can write) */
     struct stage_config stage; /* the write path's settings (dir: CACHE_DIR/stage) */
@@ -115,6 +116,10 @@ int core_truncate(struct core *core, const char *path, struct core_file *f, uint
 /* Remember the thread (kernel thread id, as FUSE names callers; 0 =
  * unknown) that opened f for writing, and its process. */
 void core_file_set_opener(struct core_file *f, pid_t thread);
+/* 1 if reads of f should bypass the kernel's page cache (FOPEN_DIRECT_IO):
+ * with --direct-reads, a read-only handle of a checkpoint's *.distcp read
+ * through the block cache (see files.c for why, and for the cost). */
+int core_file_direct_reads(const struct core *core, const struct core_file *f);
 /* close() by thread (0 = unknown): publish what the handle wrote (see
  * stage_flush). Every close(2) of a descriptor sends one, also a forked
  * child's close of one it inherited: a close from another process than the

@@ -12,6 +12,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 /* A file of a checkpoint directory was closed: the load is still working
@@ -22,6 +23,33 @@ static void keep_listing_after_close(struct core *core, const struct core_file *
     char dir[4096];
     if (f->in_checkpoint && f->obj && path_dir(cache_obj_path(f->obj), dir, sizeof dir) == 0)
         core_keep_listing(core, dir);
+}
+
+/* The kernel's readahead reads past what a partial load wants: a reader's
+ * 128 KiB buffered read of an item's tail, after the item's body, makes the
+ * kernel's context readahead ask for up to --kernel-readahead (1 MiB) from
+ * there, into the next items (often another layer's), and ckptfs must fetch
+ * what it asks to answer (a short reply would shrink the file). Handles
+ * whose reads bypass the page cache get each read as the reader issues it,
+ * no readahead: for a checkpoint's data files (*.distcp: DCP names them so)
+ * read through the block cache, whose own item prefetch fetches each item
+ * whole in parallel GETs. Not .metadata, other files, staged files, or a
+ * local store's files (reads spliced from its fd; no bytes to save). Such
+ * handles can be mapped privately (torch.load(mmap=True): the kernel maps
+ * through the page cache) but not shared (libfuse 3.14 lacks
+ * FUSE_DIRECT_IO_ALLOW_MMAP: mmap(MAP_SHARED) fails with ENODEV). The cost,
+ * why it is off by default (--direct-reads turns it on): bytes several
+ * ranks read (torch 2.x loads a plain tensor on every rank) cross FUSE once
+ * per rank instead of once into the shared page cache (docs/bench-load.md,
+ * "Direct reads of checkpoint data files"). */
+int core_file_direct_reads(const struct core *core, const struct core_file *f)
+{
+    static const char ext[] = ".distcp";
+    if (!core->cfg.direct_reads || !f->obj || f->wf || f->fd >= 0 || !f->in_checkpoint)
+        return 0;
+    const char *name = path_base(cache_obj_path(f->obj));
+    size_t n = strlen(name), k = sizeof ext - 1;
+    return n > k && strcmp(name + n - k, ext) == 0;
 }
 
 struct core_file *core_file_new(void)

@@ -128,6 +128,8 @@ static int op_open(const char *path, struct fuse_file_info *fi)
     fi->keep_cache = keep;
     note_opener(f, fi);
     write_only_direct(fi);
+    if (core_file_direct_reads(ctx()->core, f)) /* no kernel readahead past a partial load */
+        fi->direct_io = 1;
     return 0;
 }
 

@@ -157,6 +157,11 @@ static const struct opt table[] = {
      "the kernel's readahead on the mount (1M): how far it reads past\n"
      "what a reader asked for (the daemon's own prefetch runs ahead anyway)",
      NULL, NULL},
+    {"direct-reads", 0, K_FLAG, F(core.direct_reads), 0, 0, NULL,
+     "read checkpoint data files (*.distcp) around the page cache:\n"
+     "no kernel readahead past the items a partial load wants, but\n"
+     "bytes several ranks read cross FUSE once per rank (off)",
+     NULL, NULL},
     {"attr-timeout", 0, K_SECONDS, F(core.attr_timeout), 0, 1e9, "SEC",
      "how long attributes and listings are trusted (1)", NULL, NULL},
     {"attrs", 0, K_CUSTOM, 0, 0, 0, "MODE",

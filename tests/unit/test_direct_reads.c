@@ -1,0 +1,93 @@
+/*
+ * tests/unit/test_direct_reads.c - which open handles bypass the kernel's
+ * page cache (core_file_direct_reads, fs/core/files.c): read-only handles of
+ * a checkpoint's *.distcp read through the block cache, so that the kernel's
+ * readahead does not fetch past what a partial load wants; nothing else.
+ */
+#include "core.h"
+#include "mem_store.h"
+#include "test_util.h"
+
+#include <criterion/criterion.h>
+#include <fcntl.h>
+#include <stdlib.h>
+
+static char dir[] = "/tmp/ckptfs-test-direct-XXXXXX";
+static struct mem_store *mem;
+static struct core *core;
+
+/* A core with an index over an in-memory store holding a torch 1.13
+ * checkpoint's .metadata in ck/, a data file next to it and the same names
+ * in plain/ (no .metadata: not a checkpoint). */
+static int direct_reads_option = 1; /* --direct-reads */
+
+static void setup(void)
+{
+    cr_assert_not_null(mkdtemp(dir));
+    mem = mem_store_new();
+    size_t n;
+    char *meta = slurp(CKPTFS_FIXTURES "/dcp-torch1.13/per_item/.metadata", &n);
+    cr_assert_eq(mem_store_set(mem, "ck/.metadata", meta, n, NULL), 0);
+    free(meta);
+    const char *files[] = {"ck/__0_0.distcp", "ck/notes.txt", "plain/__0_0.distcp"};
+    for (int i = 0; i < 3; i++)
+        cr_assert_eq(mem_store_set(mem, files[i], "0123456789", 10, NULL), 0);
+    struct core_config cfg;
+    core_config_defaults(&cfg);
+    cfg.cache_size = 16u << 20;
+    cfg.cache_dir = dir;
+    cfg.direct_reads = direct_reads_option;
+    cr_assert_eq(core_create(mem_store_base(mem), &cfg, &core), 0);
+}
+
+static void teardown(void)
+{
+    core_destroy(core);
+    mem_store_free(mem);
+    rm_tree(dir);
+}
+
+TestSuite(direct_reads, .init = setup, .fini = teardown);
+
+/* core_file_direct_reads of a handle of path opened with flags. */
+static int direct(const char *path, int flags)
+{
+    struct core_file *f;
+    int keep;
+    cr_assert_eq(core_open(core, path, flags, &f, &keep), 0, "open %s", path);
+    int d = core_file_direct_reads(core, f);
+    core_release(core, f);
+    return d;
+}
+
+Test(direct_reads, only_a_checkpoints_data_files_read_only)
+{
+    struct core_file *md;
+    int keep;
+    /* a load opens .metadata first: that makes ck a checkpoint directory */
+    cr_assert_eq(core_open(core, "/ck/.metadata", O_RDONLY, &md, &keep), 0);
+    cr_assert_eq(core_file_direct_reads(core, md), 0, ".metadata is read through the page cache");
+    core_release(core, md);
+    cr_assert_eq(direct("/ck/__0_0.distcp", O_RDONLY), 1, "a checkpoint's data file");
+    cr_assert_eq(direct("/ck/notes.txt", O_RDONLY), 0, "another file of the checkpoint");
+    cr_assert_eq(direct("/plain/__0_0.distcp", O_RDONLY), 0, "not in a checkpoint directory");
+    cr_assert_eq(direct("/ck/__0_0.distcp", O_RDWR), 0, "a handle that may write");
+}
+
+static void setup_without_option(void)
+{
+    direct_reads_option = 0;
+    setup();
+}
+
+TestSuite(direct_reads_off, .init = setup_without_option, .fini = teardown);
+
+/* without --direct-reads (the default) every handle uses the page cache */
+Test(direct_reads_off, nothing_is_direct_by_default)
+{
+    struct core_file *md;
+    int keep;
+    cr_assert_eq(core_open(core, "/ck/.metadata", O_RDONLY, &md, &keep), 0);
+    core_release(core, md);
+    cr_assert_eq(direct("/ck/__0_0.distcp", O_RDONLY), 0);
+}
