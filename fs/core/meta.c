@@ -96,25 +96,13 @@ static struct meta_entry *entry_locked(struct meta_cache *mc, const char *path)
     return e;
 }
 
-/* ETags equal once quotes are ignored (a listing's and a copy's answer may
- * quote them differently). */
-static int etag_equal(const char *a, const char *b)
-{
-    size_t la = strlen(a), lb = strlen(b);
-    if (la >= 2 && a[0] == '"' && a[la - 1] == '"')
-        a++, la -= 2;
-    if (lb >= 2 && b[0] == '"' && b[lb - 1] == '"')
-        b++, lb -= 2;
-    return la == lb && memcmp(a, b, la) == 0;
-}
-
 /* a and b are the same version of one entry: both directories, or files
  * of one non-empty etag (issue #18: attributes are kept per version). */
 static int same_version(const struct store_stat *a, const struct store_stat *b)
 {
     if (a->is_dir || b->is_dir)
         return a->is_dir && b->is_dir;
-    return a->etag[0] && etag_equal(a->etag, b->etag);
+    return a->etag[0] && store_etag_equal(a->etag, b->etag);
 }
 
 /* meta_put's work; only_if_absent: leave an existing entry alone. */

@@ -77,15 +77,22 @@ void ckpt_io_from_store(struct ckpt_io *io, struct store *s)
 
 #define PINSET_HEAD (64u << 10) /* bytes fetched by a read from a pinned file's start */
 
+/* What follows "dir/" in store path path (all of it when dir is "", the
+ * root), or NULL when path is not below dir. */
+static const char *name_in_dir(const char *dir, const char *path)
+{
+    size_t dl = strlen(dir);
+    if (dl && (strncmp(path, dir, dl) != 0 || path[dl] != '/'))
+        return NULL;
+    return dl ? path + dl + 1 : path;
+}
+
 /* The pinned file at store path path, or NULL. */
 static const struct ckpt_io_pinned_file *pinned_file(const struct ckpt_io_pinset *s,
                                                      const char *path)
 {
-    size_t dl = strlen(s->dir);
-    if (dl && (strncmp(path, s->dir, dl) != 0 || path[dl] != '/'))
-        return NULL;
-    const char *name = dl ? path + dl + 1 : path;
-    for (size_t i = 0; i < s->nfiles; i++)
+    const char *name = name_in_dir(s->dir, path);
+    for (size_t i = 0; name && i < s->nfiles; i++)
         if (strcmp(s->files[i].name, name) == 0)
             return &s->files[i];
     return NULL;
@@ -188,11 +195,8 @@ void ckpt_io_pinset_done(struct ckpt_io_pinset *set)
 /* The known file at path (dir/name), or NULL. */
 static const struct store_file_size *known_file(const struct ckpt_io_snapshot *s, const char *path)
 {
-    size_t dl = strlen(s->dir);
-    if (dl && (strncmp(path, s->dir, dl) != 0 || path[dl] != '/'))
-        return NULL;
-    const char *name = dl ? path + dl + 1 : path;
-    for (size_t i = 0; i < s->nfiles; i++)
+    const char *name = name_in_dir(s->dir, path);
+    for (size_t i = 0; name && i < s->nfiles; i++)
         if (strcmp(s->files[i].name, name) == 0)
             return &s->files[i];
     return NULL;

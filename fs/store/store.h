@@ -315,6 +315,11 @@ int store_open(const char *url, const struct store_options *opt, struct store **
  * index the other built. */
 void store_fingerprint(const struct store_stat *st, char *buf, size_t len);
 
+/* 1 if the ETags a and b name one version: compared without their quotes
+ * and a weak "W/" marker (a listing's, a HEAD's and a copy's answers may
+ * write one tag differently). */
+int store_etag_equal(const char *a, const char *b);
+
 struct stat;
 /* The local-directory store's attributes (and etag) of a file or directory
  * with stat(2) result sb: what its stat() reports. */

@@ -266,8 +266,12 @@ static int run_step(struct run *r, size_t begin, size_t end)
     r->end = end;
     atomic_store(&r->next, 0);
     int nt = r->e->parallel > 0 ? r->e->parallel : DIRMV_PARALLEL;
-    if (r->deleting && r->items[begin].kind == DIRMV_MARKER)
-        nt = 1; /* one by one, deepest first: a marker goes once nothing is below it */
+    /* Markers one by one, in order: made shallowest first (a store that
+     * shows a deeper one makes its parents exist, and mkdir of an existing
+     * directory makes no marker), removed deepest first (a marker goes once
+     * nothing is below it). */
+    if (r->items[begin].kind == DIRMV_MARKER)
+        nt = 1;
     if ((size_t)nt > end - begin)
         nt = (int)(end - begin);
     pthread_t t[64];

@@ -54,7 +54,7 @@ enum dirmv_kind dirmv_kind_of(const char *rel);
 /* The step (0, 1, 2) in which item moves: copying (deleting = 0): markers
  * (shallow first), then data, then commit files; deleting: commit files,
  * then data, then markers (deepest first). Items of one step run in
- * parallel (but markers are deleted one by one); a step starts when the
+ * parallel (but markers go one by one); a step starts when the
  * previous one is done. */
 int dirmv_step_of(const struct dirmv_item *item, int deleting);
 

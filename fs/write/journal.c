@@ -429,56 +429,74 @@ int journal_new_id(struct journal *j, uint64_t *id)
     return rc;
 }
 
-int journal_foreach(struct journal *j, int (*fn)(void *arg, const struct journal_rec *r),
-                    void (*bad)(void *arg, uint64_t id), void *arg)
+/* A record copied out of the journal: its id and encoded bytes. */
+struct blob {
+    uint64_t id;
+    size_t len;
+    unsigned char *data;
+};
+
+/* Copy every record of table dbi out (in key order) into *out, *n of them,
+ * so a caller may write to the journal while it goes through them: 0 or an
+ * LMDB/errno code (what was copied stays in *out; free with free_blobs). */
+static int copy_out(struct journal *j, MDB_dbi dbi, struct blob **out, size_t *n)
 {
-    /* Copy the records out first: fn may write to the journal. */
+    *out = NULL;
+    *n = 0;
     MDB_txn *txn;
     int rc = mdb_txn_begin(j->env, NULL, MDB_RDONLY, &txn);
     if (rc)
-        return lmdb_errno(rc);
+        return rc;
     MDB_cursor *cur;
-    rc = mdb_cursor_open(txn, j->files, &cur);
+    rc = mdb_cursor_open(txn, dbi, &cur);
     if (rc) {
         mdb_txn_abort(txn);
-        return lmdb_errno(rc);
+        return rc;
     }
-    struct blob {
-        uint64_t id;
-        size_t len;
-        unsigned char *data;
-    } *blobs = NULL;
-    size_t n = 0, cap = 0;
+    size_t cap = 0;
     MDB_val k, v;
     int op = MDB_FIRST;
     while ((rc = mdb_cursor_get(cur, &k, &v, op)) == 0) {
         op = MDB_NEXT;
-        if (n == cap) {
+        if (*n == cap) {
             cap = cap ? 2 * cap : 64;
-            struct blob *nb = realloc(blobs, cap * sizeof *nb);
+            struct blob *nb = realloc(*out, cap * sizeof *nb);
             if (!nb) {
                 rc = ENOMEM;
                 break;
             }
-            blobs = nb;
+            *out = nb;
+        }
+        unsigned char *d = malloc(v.mv_size ? v.mv_size : 1);
+        if (!d) {
+            rc = ENOMEM;
+            break;
         }
         uint64_t id = 0;
         for (size_t i = 0; i < k.mv_size && i < 8; i++)
             id = id << 8 | ((unsigned char *)k.mv_data)[i];
-        blobs[n].id = id;
-        blobs[n].len = v.mv_size;
-        blobs[n].data = malloc(v.mv_size ? v.mv_size : 1);
-        if (!blobs[n].data) {
-            rc = ENOMEM;
-            break;
-        }
-        memcpy(blobs[n].data, v.mv_data, v.mv_size);
-        n++;
+        memcpy(d, v.mv_data, v.mv_size);
+        (*out)[(*n)++] = (struct blob){id, v.mv_size, d};
     }
     mdb_cursor_close(cur);
     mdb_txn_abort(txn);
-    if (rc == MDB_NOTFOUND)
-        rc = 0;
+    return rc == MDB_NOTFOUND ? 0 : rc;
+}
+
+static void free_blobs(struct blob *blobs, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(blobs[i].data);
+    free(blobs);
+}
+
+int journal_foreach(struct journal *j, int (*fn)(void *arg, const struct journal_rec *r),
+                    void (*bad)(void *arg, uint64_t id), void *arg)
+{
+    /* Copy the records out first: fn may write to the journal. */
+    struct blob *blobs;
+    size_t n;
+    int rc = copy_out(j, j->files, &blobs, &n);
     struct journal_part *parts = rc ? NULL : malloc(STORE_MAX_PARTS * sizeof *parts);
     if (!rc && !parts)
         rc = ENOMEM;
@@ -499,9 +517,8 @@ int journal_foreach(struct journal *j, int (*fn)(void *arg, const struct journal
             }
             free(scratch);
         }
-        free(blobs[i].data);
     }
-    free(blobs);
+    free_blobs(blobs, n);
     free(parts);
     return lmdb_errno(rc);
 }
@@ -588,44 +605,9 @@ int journal_dirmv_foreach(struct journal *j, int (*fn)(void *arg, const struct j
                           void (*bad)(void *arg, uint64_t id), void *arg)
 {
     /* Copy the records out first (a handful): fn writes to the journal. */
-    MDB_txn *txn;
-    int rc = mdb_txn_begin(j->env, NULL, MDB_RDONLY, &txn);
-    if (rc)
-        return lmdb_errno(rc);
-    MDB_cursor *cur;
-    rc = mdb_cursor_open(txn, j->dirmv, &cur);
-    if (rc) {
-        mdb_txn_abort(txn);
-        return lmdb_errno(rc);
-    }
-    struct blob {
-        uint64_t id;
-        size_t len;
-        unsigned char *data;
-    } *blobs = NULL;
-    size_t n = 0;
-    MDB_val k, v;
-    int op = MDB_FIRST;
-    while ((rc = mdb_cursor_get(cur, &k, &v, op)) == 0) {
-        op = MDB_NEXT;
-        struct blob *nb = realloc(blobs, (n + 1) * sizeof *nb);
-        unsigned char *d = nb ? malloc(v.mv_size + 1) : NULL;
-        if (nb)
-            blobs = nb;
-        if (!d) {
-            rc = ENOMEM;
-            break;
-        }
-        uint64_t id = 0;
-        for (size_t i = 0; i < k.mv_size && i < 8; i++)
-            id = id << 8 | ((unsigned char *)k.mv_data)[i];
-        memcpy(d, v.mv_data, v.mv_size);
-        blobs[n++] = (struct blob){id, v.mv_size, d};
-    }
-    mdb_cursor_close(cur);
-    mdb_txn_abort(txn);
-    if (rc == MDB_NOTFOUND)
-        rc = 0;
+    struct blob *blobs;
+    size_t n;
+    int rc = copy_out(j, j->dirmv, &blobs, &n);
     int stop = 0;
     for (size_t i = 0; i < n; i++) {
         char *scratch = !rc && !stop ? malloc(blobs[i].len + 8) : NULL;
@@ -641,8 +623,7 @@ int journal_dirmv_foreach(struct journal *j, int (*fn)(void *arg, const struct j
             stop = fn(arg, &r);
         }
         free(scratch);
-        free(blobs[i].data);
     }
-    free(blobs);
+    free_blobs(blobs, n);
     return lmdb_errno(rc);
 }

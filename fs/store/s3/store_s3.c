@@ -352,7 +352,7 @@ struct read_want {
  * end would protect nothing and only make readers wait. */
 static int check_headers(const struct read_want *w, const struct s3_response *rs)
 {
-    if (w->etag && *w->etag && rs->etag[0] && !s3_etag_equal(w->etag, rs->etag))
+    if (w->etag && *w->etag && rs->etag[0] && !store_etag_equal(w->etag, rs->etag))
         return -ESTALE;
     if (rs->status == 206)
         return rs->has_range && rs->range_start == w->off && rs->range_end >= rs->range_start &&

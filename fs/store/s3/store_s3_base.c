@@ -38,21 +38,6 @@ char *s3_store_dir_prefix(const struct s3_store *s, const char *path)
     return p;
 }
 
-/* ETags compared without quotes and a weak "W/" marker. */
-int s3_etag_equal(const char *a, const char *b)
-{
-    if (strncmp(a, "W/", 2) == 0)
-        a += 2;
-    if (strncmp(b, "W/", 2) == 0)
-        b += 2;
-    size_t la = strlen(a), lb = strlen(b);
-    if (la >= 2 && a[0] == '"' && a[la - 1] == '"')
-        a++, la -= 2;
-    if (lb >= 2 && b[0] == '"' && b[lb - 1] == '"')
-        b++, lb -= 2;
-    return la == lb && memcmp(a, b, la) == 0;
-}
-
 /* ---- HEAD --------------------------------------------------------------- */
 
 /* read_answer of HEAD: size, mtime and ETag into the store_stat. */

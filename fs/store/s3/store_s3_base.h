@@ -30,9 +30,6 @@ char *s3_store_key(const struct s3_store *s, const char *path);
 /* The ListObjectsV2 prefix for the directory at path: "" or "KEY/" (malloc'ed). */
 char *s3_store_dir_prefix(const struct s3_store *s, const char *path);
 
-/* ETags equal once quotes and a weak "W/" marker are ignored. */
-int s3_etag_equal(const char *a, const char *b);
-
 /* HEAD key: size, mtime and etag into *st. 0, -ENOENT on 404, else a
  * negative errno (logged). */
 int s3_store_head(struct s3_store *s, const char *key, struct store_stat *st);

@@ -340,7 +340,7 @@ static int is_our_object(const struct store_part *parts, size_t n, const char *h
     if (split_etag(head_etag, &hex, &count) < 0 || count == 0 ||
         s3_multipart_etag(parts, n, want) < 0)
         return 1;
-    return s3_etag_equal(want, head_etag) && count == n;
+    return store_etag_equal(want, head_etag) && count == n;
 }
 
 /* What a CompleteMultipartUpload answer is read into. */
@@ -756,7 +756,7 @@ int s3_store_copy(struct store *base, const char *from, const char *etag, uint64
         /* onto itself: S3 refuses such a copy; the object is already there */
         struct store_stat st;
         rc = s3_store_head(s, from_key, &st);
-        if (rc == 0 && etag && *etag && st.etag[0] && !s3_etag_equal(etag, st.etag))
+        if (rc == 0 && etag && *etag && st.etag[0] && !store_etag_equal(etag, st.etag))
             rc = -ESTALE;
         if (rc == 0)
             copy_etag(etag_out, st.etag);
