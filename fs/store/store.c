@@ -18,20 +18,6 @@ void store_fingerprint(const struct store_stat *st, char *buf, size_t len)
     snprintf(buf, len, "etag=%s size=%llu", st->etag, (unsigned long long)st->size);
 }
 
-int store_etag_equal(const char *a, const char *b)
-{
-    if (strncmp(a, "W/", 2) == 0)
-        a += 2;
-    if (strncmp(b, "W/", 2) == 0)
-        b += 2;
-    size_t la = strlen(a), lb = strlen(b);
-    if (la >= 2 && a[0] == '"' && a[la - 1] == '"')
-        a++, la -= 2;
-    if (lb >= 2 && b[0] == '"' && b[lb - 1] == '"')
-        b++, lb -= 2;
-    return la == lb && memcmp(a, b, la) == 0;
-}
-
 /* Split "bucket/some/prefix/" into bucket and a prefix without slashes at
  * either end. Returns -EINVAL for an empty or malformed bucket name. */
 static int split_s3_url(const char *rest, char **bucket, char **prefix)
