@@ -35,7 +35,7 @@ struct core_config {
     uint64_t readahead_max;    /* largest readahead window */
     uint32_t kernel_readahead; /* how far the kernel reads past a reader (prefetch.h) */
     int workers;               /* background fetch threads */
-    int direct_reads; /* --direct-reads: checkpoint data files bypass the page cache */
+    int direct_reads;          /* --direct-reads: checkpoint data files bypass the page cache */
     const char *cache_dir;     /* on-disk state (index, staging); NULL = none (read-only) */
     int writable;              /* accept writes (needs cache_dir and a store that can write) */
     struct stage_config stage; /* the write path's settings (dir: CACHE_DIR/stage) */
