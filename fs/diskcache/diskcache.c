@@ -83,6 +83,25 @@ static uint64_t fnv1a(uint64_t h, const void *p, size_t n)
     return h;
 }
 
+/* v with its ETag in one spelling (no W/ prefix, no quotes): a store's
+ * listing and its answer to an upload may quote the same ETag differently.
+ * buf holds the etag of the result. */
+static struct diskcache_version plain_version(const struct diskcache_version *v, char *buf,
+                                              size_t n)
+{
+    const char *e = v->etag;
+    if (strncmp(e, "W/", 2) == 0)
+        e += 2;
+    size_t len = strlen(e);
+    if (len >= 2 && e[0] == '"' && e[len - 1] == '"')
+        e++, len -= 2;
+    if (len >= n)
+        len = n - 1;
+    memcpy(buf, e, len);
+    buf[len] = '\0';
+    return (struct diskcache_version){.path = v->path, .etag = buf, .size = v->size};
+}
+
 static uint64_t version_id(const struct diskcache_version *v)
 {
     uint64_t h = fnv1a(0xcbf29ce484222325ull, v->path, strlen(v->path) + 1);
@@ -534,6 +553,9 @@ static void touch(struct diskcache *dc, const struct diskcache_version *v, uint6
 int diskcache_read(struct diskcache *dc, const struct diskcache_version *v, uint64_t off,
                    size_t len, void *buf)
 {
+    char etag_buf[256];
+    struct diskcache_version plain = plain_version(v, etag_buf, sizeof etag_buf);
+    v = &plain;
     if (len == 0 || off + len > v->size)
         return 0;
     uint64_t id = version_id(v);
@@ -634,6 +656,9 @@ static int record_chunks(struct diskcache *dc, const struct diskcache_version *v
 int diskcache_put(struct diskcache *dc, const struct diskcache_version *v, uint64_t off,
                   const void *buf, size_t len)
 {
+    char etag_buf[256];
+    struct diskcache_version plain = plain_version(v, etag_buf, sizeof etag_buf);
+    v = &plain;
     if (len == 0 || off % DISKCACHE_CHUNK != 0 || off + len > v->size ||
         (len % DISKCACHE_CHUNK != 0 && off + len != v->size))
         return -EINVAL;
@@ -726,6 +751,9 @@ static int checksum_file(const char *path, uint64_t size, struct chunk_rec *recs
 
 int diskcache_adopt(struct diskcache *dc, const struct diskcache_version *v, const char *src)
 {
+    char etag_buf[256];
+    struct diskcache_version plain = plain_version(v, etag_buf, sizeof etag_buf);
+    v = &plain;
     struct stat st;
     if (stat(src, &st) != 0)
         return -errno;
@@ -781,6 +809,9 @@ int diskcache_adopt(struct diskcache *dc, const struct diskcache_version *v, con
 
 int diskcache_drop(struct diskcache *dc, const struct diskcache_version *v)
 {
+    char etag_buf[256];
+    struct diskcache_version plain = plain_version(v, etag_buf, sizeof etag_buf);
+    v = &plain;
     uint64_t id = version_id(v), held = 0;
     cache_lock(dc);
     MDB_txn *txn;

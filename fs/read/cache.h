@@ -27,6 +27,8 @@
 
 struct cache;
 struct cache_obj;
+struct diskcache;
+struct diskfill;
 
 struct cache_config {
     uint64_t capacity;     /* bytes held at most: block data, and the fetch buffers it keeps */
@@ -68,6 +70,12 @@ struct cache_stats {
 
 int cache_create(struct store *store, struct workq *wq, const struct cache_config *cfg,
                  struct cache **out);
+
+/* Fetches read what dc holds of the object's version (path, etag, size as
+ * opened) instead of asking the store, and hand the whole chunks they fetch
+ * from the store to fill (issue #22). dc and fill may be NULL (none); both
+ * must outlive c. Call before the first read. */
+void cache_set_disk(struct cache *c, struct diskcache *dc, struct diskfill *fill);
 
 /* Make queued background fetches fail at once instead of doing I/O (used
  * at unmount, so a dead server cannot hold it up). */
