@@ -425,6 +425,11 @@ static int open_disk_cache(struct core *core)
 {
     if (!core->cfg.cache_dir || core->cfg.disk_cache_size == 0)
         return 0;
+    if (core->store->ops->open_fd) {
+        log_info("disk cache not used: %s is a local directory (reads come from its files)",
+                 core->store->description);
+        return 0;
+    }
     char *dir = str_printf("%s/disk-cache", core->cfg.cache_dir);
     if (!dir)
         return -ENOMEM;
@@ -432,7 +437,7 @@ static int open_disk_cache(struct core *core)
     char err[512] = "";
     int rc = diskcache_open(dir, &dcc, &core->disk, err, sizeof err);
     if (rc == -EBUSY) {
-        log_error("disk cache %s: %s", dir, err);
+        log_error("%s", err);
     } else if (rc < 0) {
         log_warn("disk cache %s disabled: %s", dir, err);
         rc = 0;

@@ -290,11 +290,12 @@ static int evict_one(struct diskcache *dc, uint64_t keep)
         return rc == MDB_NOTFOUND || rc == 0 ? 0 : mdb_errno(rc);
     }
     rc = obj_delete(dc, txn, victim, &held);
-    if (rc != 0 || (rc = mdb_errno(mdb_txn_commit(txn))) != 0) {
-        if (rc != 0)
-            mdb_txn_abort(txn);
+    if (rc != 0) {
+        mdb_txn_abort(txn);
         return rc;
     }
+    if ((rc = mdb_errno(mdb_txn_commit(txn))) != 0) /* the transaction is freed either way */
+        return rc;
     char path[4096];
     data_path(dc, victim, path, sizeof path);
     unlink(path);
@@ -487,10 +488,13 @@ static void drop_chunk(struct diskcache *dc, const struct diskcache_version *v, 
             rc = mdb_errno(mdb_del(txn, dc->chunks, &k, NULL));
             if (rc == 0)
                 rc = obj_put(dc, txn, id, v, &h);
-            if (rc == 0 && mdb_txn_commit(txn) == 0) {
-                assert(dc->st.held_bytes >= c.len);
-                dc->st.held_bytes -= c.len;
+            if (rc == 0) {
+                int committed = mdb_txn_commit(txn) == 0; /* frees txn either way */
                 txn = NULL;
+                if (committed) {
+                    assert(dc->st.held_bytes >= c.len);
+                    dc->st.held_bytes -= c.len;
+                }
             }
         }
         if (txn)
@@ -775,10 +779,10 @@ int diskcache_adopt(struct diskcache *dc, const struct diskcache_version *v, con
         uint64_t held = 0;
         MDB_txn *txn; /* an older copy of the same version goes first */
         if (mdb_txn_begin(dc->env, NULL, 0, &txn) == 0) {
-            if (obj_delete(dc, txn, id, &held) == 0 && mdb_txn_commit(txn) == 0)
-                forget_object(dc, held);
-            else
+            if (obj_delete(dc, txn, id, &held) != 0)
                 mdb_txn_abort(txn);
+            else if (mdb_txn_commit(txn) == 0) /* frees txn either way */
+                forget_object(dc, held);
         }
         if (rename(src, path) == 0)
             moved = 1;
