@@ -15,6 +15,9 @@
  * Background prefetch is skipped rather than overcommit, or than evict blocks fetched
  * in the background that nobody has read yet (under pressure it fetches
  * less, not more); demand reads may exceed the bound briefly.
+ * With a disk cache (cache_set_disk), a fetch copies what it holds of the
+ * object's version and asks the store only for the rest, whose whole chunks
+ * it hands to the disk cache's background writer.
  */
 #ifndef CKPTFS_CACHE_H
 #define CKPTFS_CACHE_H

@@ -14,6 +14,7 @@ every GET body byte, retries included), as test_request_budget.py counts request
 
 import glob
 import os
+import re
 import subprocess
 import threading
 
@@ -93,6 +94,16 @@ def test_restart_after_read_reads_nothing_from_store(store, mounter):
     s = m2.stats()
     assert s["get_bytes"] == 0, s
     assert s["disk_cache"]["stored_bytes"] == 0  # nothing new to keep
+    out = subprocess.run([harness.admin_bin(), "stats", m2.path], capture_output=True,
+                         text=True, check=True).stdout
+    total = sum(len(c) for c in want.values())
+    assert re.search(r"^disk cache\n  held +%s" % re.escape(fmt_size(total)), out, re.M), out
+    assert re.search(r"^  hits +\d+ reads, %s" % re.escape(fmt_size(total)), out, re.M), out
+
+
+def fmt_size(b):
+    """ckptfs-admin's spelling of a byte count."""
+    return f"{b / MiB:.2f} MiB ({b} B)"
 
 
 def test_replaced_object_is_fetched_not_served(store, mounter):
