@@ -11,6 +11,7 @@
 #include "log.h"
 
 #include <assert.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -403,7 +404,12 @@ static int open_catalog(struct diskcache *dc, char *err, size_t errlen)
     if (rc == 0)
         rc = mdb_env_set_mapsize(dc->env, CATALOG_MAP_SIZE);
     if (rc == 0)
-        rc = mdb_env_open(dc->env, path, MDB_NOTLS, 0600);
+        /* No fsync per commit (one per hit's lru touch and per chunk kept
+         * would cost a disk flush each): the catalogue is synced at close,
+         * and one that a power cut left unreadable is started afresh
+         * (diskcache_open); a chunk listed whose bytes were lost fails its
+         * checksum. */
+        rc = mdb_env_open(dc->env, path, MDB_NOTLS | MDB_NOSYNC, 0600);
     MDB_txn *txn = NULL;
     if (rc == 0)
         rc = mdb_txn_begin(dc->env, NULL, 0, &txn);
@@ -426,6 +432,27 @@ static int open_catalog(struct diskcache *dc, char *err, size_t errlen)
     return e;
 }
 
+/* Remove the catalogue and every data file under dir (the lock stays). */
+static void empty_cache(const char *dir)
+{
+    char path[4096];
+    const char *files[] = {"catalog/data.mdb", "catalog/lock.mdb"};
+    for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+        unlink(path);
+    }
+    snprintf(path, sizeof path, "%s/data", dir);
+    DIR *d = opendir(path);
+    for (struct dirent *e; d && (e = readdir(d));) {
+        if (e->d_name[0] == '.')
+            continue;
+        snprintf(path, sizeof path, "%s/data/%s", dir, e->d_name);
+        unlink(path);
+    }
+    if (d)
+        closedir(d);
+}
+
 int diskcache_open(const char *dir, const struct diskcache_config *cfg, struct diskcache **out,
                    char *err, size_t errlen)
 {
@@ -445,6 +472,14 @@ int diskcache_open(const char *dir, const struct diskcache_config *cfg, struct d
         rc = take_lock(dc, err, errlen);
     if (rc == 0)
         rc = open_catalog(dc, err, errlen);
+    if (rc != 0 && rc != -EBUSY && dc->lock_fd >= 0) {
+        log_warn("%s: emptying the disk cache", err);
+        if (dc->env)
+            mdb_env_close(dc->env);
+        dc->env = NULL;
+        empty_cache(dir);
+        rc = open_catalog(dc, err, errlen);
+    }
     if (rc != 0) {
         diskcache_close(dc);
         return rc;
@@ -457,8 +492,10 @@ void diskcache_close(struct diskcache *dc)
 {
     if (!dc)
         return;
-    if (dc->env)
+    if (dc->env) {
+        mdb_env_sync(dc->env, 1); /* the commits were not synced (open_catalog) */
         mdb_env_close(dc->env);
+    }
     if (dc->lock_fd >= 0)
         close(dc->lock_fd); /* releases the flock */
     pthread_mutex_destroy(&dc->lock);
