@@ -603,9 +603,9 @@ int diskcache_read(struct diskcache *dc, const struct diskcache_version *v, uint
     uint32_t first = (uint32_t)(off / DISKCACHE_CHUNK);
     uint32_t last = (uint32_t)((off + len - 1) / DISKCACHE_CHUNK);
     struct chunk_rec *recs = calloc(last - first + 1, sizeof *recs);
-    unsigned char *chunk = malloc(DISKCACHE_CHUNK);
+    unsigned char *chunk = NULL; /* for a chunk the range holds only part of */
     uint64_t last_use = 0;
-    int rc = recs && chunk ? lookup_chunks(dc, v, id, first, last, recs, &last_use) : -ENOMEM;
+    int rc = recs ? lookup_chunks(dc, v, id, first, last, recs, &last_use) : -ENOMEM;
     int fd = -1;
     if (rc == 1) {
         char path[4096];
@@ -616,19 +616,26 @@ int diskcache_read(struct diskcache *dc, const struct diskcache_version *v, uint
     for (uint32_t i = first; rc == 1 && i <= last; i++) {
         uint64_t base = (uint64_t)i * DISKCACHE_CHUNK;
         struct chunk_rec c = recs[i - first];
-        if (c.len > DISKCACHE_CHUNK || pread_exact(fd, chunk, c.len, base) != 0 ||
-            crc32c(0, chunk, c.len) != c.crc) {
+        uint64_t from = off > base ? off - base : 0;
+        uint64_t to = off + len < base + c.len ? off + len - base : c.len;
+        if (c.len > DISKCACHE_CHUNK || to <= from) { /* a short chunk short of the range */
+            rc = 0;
+            break;
+        }
+        /* A chunk wholly in the range is read in place (no copy). */
+        int whole = from == 0 && to == c.len;
+        if (!whole && !chunk && !(chunk = malloc(DISKCACHE_CHUNK))) {
+            rc = -ENOMEM;
+            break;
+        }
+        unsigned char *at = whole ? (unsigned char *)buf + (base - off) : chunk;
+        if (pread_exact(fd, at, c.len, base) != 0 || crc32c(0, at, c.len) != c.crc) {
             drop_chunk(dc, v, id, i);
             rc = 0;
             break;
         }
-        uint64_t from = off > base ? off - base : 0;
-        uint64_t to = off + len < base + c.len ? off + len - base : c.len;
-        if (to <= from) { /* a short chunk that does not reach the range */
-            rc = 0;
-            break;
-        }
-        memcpy((char *)buf + (base + from - off), chunk + from, to - from);
+        if (!whole)
+            memcpy((char *)buf + (base + from - off), chunk + from, to - from);
     }
     if (fd >= 0)
         close(fd);
