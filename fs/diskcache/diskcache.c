@@ -612,6 +612,9 @@ int diskcache_read(struct diskcache *dc, const struct diskcache_version *v, uint
         data_path(dc, id, path, sizeof path);
         fd = open(path, O_RDONLY | O_CLOEXEC);
         rc = fd >= 0 ? 1 : 0;
+        if (fd >= 0 && last > first) /* the disk reads them all at once, not chunk by chunk */
+            (void)posix_fadvise(fd, (off_t)first * DISKCACHE_CHUNK,
+                                (off_t)(last - first + 1) * DISKCACHE_CHUNK, POSIX_FADV_WILLNEED);
     }
     for (uint32_t i = first; rc == 1 && i <= last; i++) {
         uint64_t base = (uint64_t)i * DISKCACHE_CHUNK;
