@@ -61,7 +61,7 @@ def data_files(m):
 def fill_by_reading(mounter, store, want, *args):
     """Put want on the store, read it through a mount (which keeps it), unmount."""
     store.put_many(list(want.items()))
-    m = mounter(store, "--disk-cache-size", SIZE, *args)
+    m = mounter(store, "-o", f"disk-cache-size={SIZE}", *args)  # the mount(8) spelling
     read_all(m, want)
     m.close()  # the background writer finishes before the daemon exits
     return m
