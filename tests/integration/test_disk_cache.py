@@ -116,7 +116,9 @@ def test_replaced_object_is_fetched_not_served(store, mounter):
     store.put_many(list(new.items()))
     m2 = remount(mounter, store, m)
     read_all(m2, new)
-    assert m2.stats()["get_bytes"] >= len(next(iter(new.values())))
+    s = m2.stats()
+    # (get_bytes may lag the last few bytes a reader already has: counted after publishing)
+    assert s["get_bytes"] >= 2 * MiB and s["disk_cache"]["hit_bytes"] == 0, s
 
 
 def test_flipped_byte_is_detected_and_refetched(store, mounter):
