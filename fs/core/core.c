@@ -406,6 +406,53 @@ static void on_publish(void *arg, const char *path, const struct store_stat *st,
         ckindex_notice(core->index, dir, st);
 }
 
+/* The stage deletes a clean staged file: it becomes the disk cache's copy
+ * of the version it was uploaded as (stage.h's on_retire). */
+static int on_retire(void *arg, const char *path, const char *etag, uint64_t size, const char *file)
+{
+    struct core *core = arg;
+    struct diskcache_version v = {.path = path, .etag = etag, .size = size};
+    return core->disk ? diskcache_adopt(core->disk, &v, file) : -ENOENT;
+}
+
+/* Bytes of fetched chunks waiting for the disk at once, at most. */
+#define DISK_FILL_QUEUE (64ull << 20)
+
+/* --disk-cache-size: open CACHE_DIR/disk-cache and its writer. 0, -EBUSY
+ * (another process has it: logged), or 0 without a disk cache (logged) when
+ * it cannot be used otherwise: reads go to the store. */
+static int open_disk_cache(struct core *core)
+{
+    if (!core->cfg.cache_dir || core->cfg.disk_cache_size == 0)
+        return 0;
+    if (core->store->ops->open_fd) {
+        log_info("disk cache not used: %s is a local directory (reads come from its files)",
+                 core->store->description);
+        return 0;
+    }
+    char *dir = str_printf("%s/disk-cache", core->cfg.cache_dir);
+    if (!dir)
+        return -ENOMEM;
+    struct diskcache_config dcc = {.capacity = core->cfg.disk_cache_size, .floor_percent = 5};
+    char err[512] = "";
+    int rc = diskcache_open(dir, &dcc, &core->disk, err, sizeof err);
+    if (rc == -EBUSY) {
+        log_error("%s", err);
+    } else if (rc < 0) {
+        log_warn("disk cache %s disabled: %s", dir, err);
+        rc = 0;
+    } else if ((rc = diskfill_create(core->disk, DISK_FILL_QUEUE, &core->fill)) < 0) {
+        diskcache_close(core->disk);
+        core->disk = NULL;
+    } else {
+        cache_set_disk(core->cache, core->disk, core->fill);
+        log_info("disk cache %s: up to %llu MiB", dir,
+                 (unsigned long long)(core->cfg.disk_cache_size >> 20));
+    }
+    free(dir);
+    return rc;
+}
+
 static int open_stage(struct core *core, char *err, size_t errlen)
 {
     struct stage_config sc = core->cfg.stage;
@@ -415,6 +462,10 @@ static int open_stage(struct core *core, char *err, size_t errlen)
     sc.dir = dir;
     sc.on_publish = on_publish;
     sc.on_publish_arg = core;
+    if (core->disk) {
+        sc.on_retire = on_retire;
+        sc.on_retire_arg = core;
+    }
     int rc = stage_open(core->store, core->store->description, &sc, &core->stage, err, errlen);
     free(dir);
     return rc;
@@ -451,6 +502,8 @@ int core_create(struct store *store, const struct core_config *cfg, struct core 
             .capacity = cfg->cache_size, .block_size = bs, .request_size = whole > bs ? whole : bs};
         rc = cache_create(store, core->wq, &cc, &core->cache);
     }
+    if (rc == 0)
+        rc = open_disk_cache(core);
     if (rc == 0 && cfg->cache_dir) {
         char err[512];
         if (ckindex_open(cfg->cache_dir, store->description, store, core->wq, core_known_file, core,
@@ -467,7 +520,9 @@ int core_create(struct store *store, const struct core_config *cfg, struct core 
         cache_cancel(core->cache);
         ckindex_cancel(core->index);
         workq_destroy(core->wq);
+        diskfill_destroy(core->fill);
         cache_destroy(core->cache);
+        diskcache_close(core->disk);
         ckindex_close(core->index);
         pthread_mutex_destroy(&core->files_lock);
         meta_destroy(&core->meta);
@@ -497,7 +552,9 @@ void core_destroy(struct core *core)
     ckindex_cancel(core->index);
     workq_destroy(core->wq); /* waits for fetches and builds already under way */
     pthread_mutex_destroy(&core->files_lock);
+    diskfill_destroy(core->fill); /* writes the chunks still queued */
     cache_destroy(core->cache);
+    diskcache_close(core->disk); /* after the stage: it adopts staged files */
     ckindex_close(core->index);
     meta_destroy(&core->meta);
     assert(!core->listings); /* every lookup has returned */

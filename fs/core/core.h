@@ -37,6 +37,7 @@ struct core_config {
     int workers;               /* background fetch threads */
     int direct_reads;          /* --direct-reads: checkpoint data files bypass the page cache */
     const char *cache_dir;     /* on-disk state (index, staging); NULL = none (read-only) */
+    uint64_t disk_cache_size;  /* bytes kept in CACHE_DIR/disk-cache across mounts; 0 = off */
     int writable;              /* accept writes (needs cache_dir and a store that can write) */
     struct stage_config stage; /* the write path's settings (dir: CACHE_DIR/stage) */
     double stats_interval;     /* log a transfer summary this often (s); 0 = never */
@@ -52,7 +53,8 @@ struct core_file;
 
 /* Takes no ownership of store; it must outlive the core. Starts threads:
  * call after daemonizing. Takes over what a previous mount with the same
- * cache directory left staged. */
+ * cache directory left staged. -EBUSY (logged, naming the pid) when another
+ * process holds the disk cache of the same cache directory. */
 int core_create(struct store *store, const struct core_config *cfg, struct core **out);
 /* Releases handles the kernel never released, publishes everything staged
  * (waiting while uploads make progress), and frees the core. */

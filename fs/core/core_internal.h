@@ -20,6 +20,8 @@
 #include "cohort.h"
 #include "core.h"
 #include "dirtime.h"
+#include "diskcache.h"
+#include "diskfill.h"
 #include "meta.h"
 #include "prefetch.h"
 #include "readahead.h"
@@ -35,6 +37,8 @@ struct core {
     struct core_config cfg;
     struct workq *wq;
     struct cache *cache;
+    struct diskcache *disk;  /* --disk-cache-size: NULL when off or unusable */
+    struct diskfill *fill;   /* its background writer (with disk) */
     struct ckindex *index;   /* NULL when no cache dir or the index cannot open */
     struct stage *stage;     /* NULL when the mount is read-only */
     struct xferlog *xferlog; /* NULL when cfg.stats_interval is 0 */

@@ -47,6 +47,22 @@ int core_stats_json(struct core *core, char *buf, size_t len)
              A(put_bytes), A(mpu_begin_requests), A(part_requests), A(complete_requests),
              A(abort_requests), A(upload_list_requests), A(copy_requests), A(delete_requests),
              ws.last_publish);
+    struct diskcache_stats ds = {0};
+    if (core->disk)
+        diskcache_get_stats(core->disk, &ds);
+    char disk[768];
+    snprintf(disk, sizeof disk,
+             "\"disk_cache\": {\"enabled\": %s, \"capacity\": %llu, \"hits\": %llu, "
+             "\"hit_bytes\": %llu, \"misses\": %llu, \"stored_chunks\": %llu, "
+             "\"stored_bytes\": %llu, \"adopted_files\": %llu, \"adopted_bytes\": %llu, "
+             "\"evictions\": %llu, \"evicted_bytes\": %llu, \"checksum_failures\": %llu, "
+             "\"put_failures\": %llu, \"fill_dropped\": %llu, \"held_bytes\": %llu, "
+             "\"objects\": %llu}",
+             core->disk ? "true" : "false", U(core->disk ? core->cfg.disk_cache_size : 0),
+             U(ds.hits), U(ds.hit_bytes), U(ds.misses), U(ds.stored_chunks), U(ds.stored_bytes),
+             U(ds.adopted_files), U(ds.adopted_bytes), U(ds.evictions), U(ds.evicted_bytes),
+             U(ds.checksum_failures), U(ds.put_failures),
+             U(core->fill ? diskfill_dropped(core->fill) : 0), U(ds.held_bytes), U(ds.objects));
 #undef A
 #undef U
     return snprintf(
@@ -66,7 +82,7 @@ int core_stats_json(struct core *core, char *buf, size_t len)
         "%llu, \"buffers_reused\": %llu}, "
         "\"index\": {\"enabled\": %s, \"ready\": %llu, \"built\": %llu, \"reused\": %llu, "
         "\"failed\": %llu, \"lookups\": %llu, \"item_prefetches\": %llu, "
-        "\"sibling_prefetches\": %llu}, %s}\n",
+        "\"sibling_prefetches\": %llu}, %s, %s}\n",
         core->store->ops->scheme, mono_seconds() - core->started, open_files,
         (unsigned long long)atomic_load(&core->opens),
         (unsigned long long)atomic_load(&core->read_bytes),
@@ -89,7 +105,7 @@ int core_stats_json(struct core *core, char *buf, size_t len)
         core->index ? "true" : "false", (unsigned long long)is.ready, (unsigned long long)is.built,
         (unsigned long long)is.reused, (unsigned long long)is.failed,
         (unsigned long long)is.lookups, (unsigned long long)atomic_load(&core->item_prefetches),
-        (unsigned long long)atomic_load(&core->sibling_prefetches), writes);
+        (unsigned long long)atomic_load(&core->sibling_prefetches), disk, writes);
 }
 
 /* The transfer summary's view of the counters (xferlog.h). */

@@ -11,6 +11,7 @@
 #include "log.h"
 
 #include <assert.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -81,6 +82,25 @@ static uint64_t fnv1a(uint64_t h, const void *p, size_t n)
     for (size_t i = 0; i < n; i++)
         h = (h ^ c[i]) * 0x100000001b3ull;
     return h;
+}
+
+/* v with its ETag in one spelling (no W/ prefix, no quotes): a store's
+ * listing and its answer to an upload may quote the same ETag differently.
+ * buf holds the etag of the result. */
+static struct diskcache_version plain_version(const struct diskcache_version *v, char *buf,
+                                              size_t n)
+{
+    const char *e = v->etag;
+    if (strncmp(e, "W/", 2) == 0)
+        e += 2;
+    size_t len = strlen(e);
+    if (len >= 2 && e[0] == '"' && e[len - 1] == '"')
+        e++, len -= 2;
+    if (len >= n)
+        len = n - 1;
+    memcpy(buf, e, len);
+    buf[len] = '\0';
+    return (struct diskcache_version){.path = v->path, .etag = buf, .size = v->size};
 }
 
 static uint64_t version_id(const struct diskcache_version *v)
@@ -271,11 +291,12 @@ static int evict_one(struct diskcache *dc, uint64_t keep)
         return rc == MDB_NOTFOUND || rc == 0 ? 0 : mdb_errno(rc);
     }
     rc = obj_delete(dc, txn, victim, &held);
-    if (rc != 0 || (rc = mdb_errno(mdb_txn_commit(txn))) != 0) {
-        if (rc != 0)
-            mdb_txn_abort(txn);
+    if (rc != 0) {
+        mdb_txn_abort(txn);
         return rc;
     }
+    if ((rc = mdb_errno(mdb_txn_commit(txn))) != 0) /* the transaction is freed either way */
+        return rc;
     char path[4096];
     data_path(dc, victim, path, sizeof path);
     unlink(path);
@@ -383,7 +404,12 @@ static int open_catalog(struct diskcache *dc, char *err, size_t errlen)
     if (rc == 0)
         rc = mdb_env_set_mapsize(dc->env, CATALOG_MAP_SIZE);
     if (rc == 0)
-        rc = mdb_env_open(dc->env, path, MDB_NOTLS, 0600);
+        /* No fsync per commit (one per hit's lru touch and per chunk kept
+         * would cost a disk flush each): the catalogue is synced at close,
+         * and one that a power cut left unreadable is started afresh
+         * (diskcache_open); a chunk listed whose bytes were lost fails its
+         * checksum. */
+        rc = mdb_env_open(dc->env, path, MDB_NOTLS | MDB_NOSYNC, 0600);
     MDB_txn *txn = NULL;
     if (rc == 0)
         rc = mdb_txn_begin(dc->env, NULL, 0, &txn);
@@ -406,6 +432,27 @@ static int open_catalog(struct diskcache *dc, char *err, size_t errlen)
     return e;
 }
 
+/* Remove the catalogue and every data file under dir (the lock stays). */
+static void empty_cache(const char *dir)
+{
+    char path[4096];
+    const char *files[] = {"catalog/data.mdb", "catalog/lock.mdb"};
+    for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+        unlink(path);
+    }
+    snprintf(path, sizeof path, "%s/data", dir);
+    DIR *d = opendir(path);
+    for (struct dirent *e; d && (e = readdir(d));) {
+        if (e->d_name[0] == '.')
+            continue;
+        snprintf(path, sizeof path, "%s/data/%s", dir, e->d_name);
+        unlink(path);
+    }
+    if (d)
+        closedir(d);
+}
+
 int diskcache_open(const char *dir, const struct diskcache_config *cfg, struct diskcache **out,
                    char *err, size_t errlen)
 {
@@ -425,6 +472,14 @@ int diskcache_open(const char *dir, const struct diskcache_config *cfg, struct d
         rc = take_lock(dc, err, errlen);
     if (rc == 0)
         rc = open_catalog(dc, err, errlen);
+    if (rc != 0 && rc != -EBUSY && dc->lock_fd >= 0) {
+        log_warn("%s: emptying the disk cache", err);
+        if (dc->env)
+            mdb_env_close(dc->env);
+        dc->env = NULL;
+        empty_cache(dir);
+        rc = open_catalog(dc, err, errlen);
+    }
     if (rc != 0) {
         diskcache_close(dc);
         return rc;
@@ -437,8 +492,10 @@ void diskcache_close(struct diskcache *dc)
 {
     if (!dc)
         return;
-    if (dc->env)
+    if (dc->env) {
+        mdb_env_sync(dc->env, 1); /* the commits were not synced (open_catalog) */
         mdb_env_close(dc->env);
+    }
     if (dc->lock_fd >= 0)
         close(dc->lock_fd); /* releases the flock */
     pthread_mutex_destroy(&dc->lock);
@@ -468,10 +525,13 @@ static void drop_chunk(struct diskcache *dc, const struct diskcache_version *v, 
             rc = mdb_errno(mdb_del(txn, dc->chunks, &k, NULL));
             if (rc == 0)
                 rc = obj_put(dc, txn, id, v, &h);
-            if (rc == 0 && mdb_txn_commit(txn) == 0) {
-                assert(dc->st.held_bytes >= c.len);
-                dc->st.held_bytes -= c.len;
+            if (rc == 0) {
+                int committed = mdb_txn_commit(txn) == 0; /* frees txn either way */
                 txn = NULL;
+                if (committed) {
+                    assert(dc->st.held_bytes >= c.len);
+                    dc->st.held_bytes -= c.len;
+                }
             }
         }
         if (txn)
@@ -534,38 +594,51 @@ static void touch(struct diskcache *dc, const struct diskcache_version *v, uint6
 int diskcache_read(struct diskcache *dc, const struct diskcache_version *v, uint64_t off,
                    size_t len, void *buf)
 {
+    char etag_buf[256];
+    struct diskcache_version plain = plain_version(v, etag_buf, sizeof etag_buf);
+    v = &plain;
     if (len == 0 || off + len > v->size)
         return 0;
     uint64_t id = version_id(v);
     uint32_t first = (uint32_t)(off / DISKCACHE_CHUNK);
     uint32_t last = (uint32_t)((off + len - 1) / DISKCACHE_CHUNK);
     struct chunk_rec *recs = calloc(last - first + 1, sizeof *recs);
-    unsigned char *chunk = malloc(DISKCACHE_CHUNK);
+    unsigned char *chunk = NULL; /* for a chunk the range holds only part of */
     uint64_t last_use = 0;
-    int rc = recs && chunk ? lookup_chunks(dc, v, id, first, last, recs, &last_use) : -ENOMEM;
+    int rc = recs ? lookup_chunks(dc, v, id, first, last, recs, &last_use) : -ENOMEM;
     int fd = -1;
     if (rc == 1) {
         char path[4096];
         data_path(dc, id, path, sizeof path);
         fd = open(path, O_RDONLY | O_CLOEXEC);
         rc = fd >= 0 ? 1 : 0;
+        if (fd >= 0 && last > first) /* the disk reads them all at once, not chunk by chunk */
+            (void)posix_fadvise(fd, (off_t)first * DISKCACHE_CHUNK,
+                                (off_t)(last - first + 1) * DISKCACHE_CHUNK, POSIX_FADV_WILLNEED);
     }
     for (uint32_t i = first; rc == 1 && i <= last; i++) {
         uint64_t base = (uint64_t)i * DISKCACHE_CHUNK;
         struct chunk_rec c = recs[i - first];
-        if (c.len > DISKCACHE_CHUNK || pread_exact(fd, chunk, c.len, base) != 0 ||
-            crc32c(0, chunk, c.len) != c.crc) {
+        uint64_t from = off > base ? off - base : 0;
+        uint64_t to = off + len < base + c.len ? off + len - base : c.len;
+        if (c.len > DISKCACHE_CHUNK || to <= from) { /* a short chunk short of the range */
+            rc = 0;
+            break;
+        }
+        /* A chunk wholly in the range is read in place (no copy). */
+        int whole = from == 0 && to == c.len;
+        if (!whole && !chunk && !(chunk = malloc(DISKCACHE_CHUNK))) {
+            rc = -ENOMEM;
+            break;
+        }
+        unsigned char *at = whole ? (unsigned char *)buf + (base - off) : chunk;
+        if (pread_exact(fd, at, c.len, base) != 0 || crc32c(0, at, c.len) != c.crc) {
             drop_chunk(dc, v, id, i);
             rc = 0;
             break;
         }
-        uint64_t from = off > base ? off - base : 0;
-        uint64_t to = off + len < base + c.len ? off + len - base : c.len;
-        if (to <= from) { /* a short chunk that does not reach the range */
-            rc = 0;
-            break;
-        }
-        memcpy((char *)buf + (base + from - off), chunk + from, to - from);
+        if (!whole)
+            memcpy((char *)buf + (base + from - off), chunk + from, to - from);
     }
     if (fd >= 0)
         close(fd);
@@ -634,6 +707,9 @@ static int record_chunks(struct diskcache *dc, const struct diskcache_version *v
 int diskcache_put(struct diskcache *dc, const struct diskcache_version *v, uint64_t off,
                   const void *buf, size_t len)
 {
+    char etag_buf[256];
+    struct diskcache_version plain = plain_version(v, etag_buf, sizeof etag_buf);
+    v = &plain;
     if (len == 0 || off % DISKCACHE_CHUNK != 0 || off + len > v->size ||
         (len % DISKCACHE_CHUNK != 0 && off + len != v->size))
         return -EINVAL;
@@ -726,6 +802,9 @@ static int checksum_file(const char *path, uint64_t size, struct chunk_rec *recs
 
 int diskcache_adopt(struct diskcache *dc, const struct diskcache_version *v, const char *src)
 {
+    char etag_buf[256];
+    struct diskcache_version plain = plain_version(v, etag_buf, sizeof etag_buf);
+    v = &plain;
     struct stat st;
     if (stat(src, &st) != 0)
         return -errno;
@@ -747,10 +826,10 @@ int diskcache_adopt(struct diskcache *dc, const struct diskcache_version *v, con
         uint64_t held = 0;
         MDB_txn *txn; /* an older copy of the same version goes first */
         if (mdb_txn_begin(dc->env, NULL, 0, &txn) == 0) {
-            if (obj_delete(dc, txn, id, &held) == 0 && mdb_txn_commit(txn) == 0)
-                forget_object(dc, held);
-            else
+            if (obj_delete(dc, txn, id, &held) != 0)
                 mdb_txn_abort(txn);
+            else if (mdb_txn_commit(txn) == 0) /* frees txn either way */
+                forget_object(dc, held);
         }
         if (rename(src, path) == 0)
             moved = 1;
@@ -781,6 +860,9 @@ int diskcache_adopt(struct diskcache *dc, const struct diskcache_version *v, con
 
 int diskcache_drop(struct diskcache *dc, const struct diskcache_version *v)
 {
+    char etag_buf[256];
+    struct diskcache_version plain = plain_version(v, etag_buf, sizeof etag_buf);
+    v = &plain;
     uint64_t id = version_id(v), held = 0;
     cache_lock(dc);
     MDB_txn *txn;

@@ -138,6 +138,10 @@ static const struct opt table[] = {
      NULL, "Caching:"},
     {"cache-size", 0, K_SIZE64, F(core.cache_size), 16 * MiB, 0, "SIZE",
      "memory for cached file data, e.g. 512M, 4G (1G)", NULL, NULL},
+    {"disk-cache-size", 0, K_SIZE64, F(core.disk_cache_size), 0, 0, "SIZE",
+     "keep up to SIZE of what this node writes and reads in\n"
+     "CACHE_DIR/disk-cache, across unmounts (off; e.g. 50G)",
+     NULL, NULL},
     {"request-size", 0, K_SIZE32, F(core.request_size), 1 * MiB, 64 * MiB, "SIZE",
      "largest single ranged GET of a readahead or a\ncheckpoint item (8M)", NULL, NULL},
     {"readahead", 0, K_SIZE64, F(core.readahead_max), 1 * MiB, 0, "SIZE",

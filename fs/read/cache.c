@@ -28,6 +28,8 @@
 
 #include "bufpool.h"
 #include "clock.h"
+#include "diskcache.h"
+#include "diskfill.h"
 #include "log.h"
 #include "strutil.h"
 
@@ -119,7 +121,9 @@ struct cache {
     uint64_t working_set;
     uint64_t ahead_inflight; /* bytes of background fetches not READY yet (lock) */
     struct recent_timeout timeouts[TIMEOUT_SLOTS];
-    unsigned next_timeout; /* ring cursor into timeouts */
+    unsigned next_timeout;  /* ring cursor into timeouts */
+    struct diskcache *disk; /* fetches try it first (NULL: none); see cache_set_disk */
+    struct diskfill *fill;  /* what a fetch got from the store is kept through it */
 };
 
 struct fetch_job {
@@ -639,6 +643,7 @@ struct fetch {
     uint64_t first;
     uint32_t n, published;
     size_t published_bytes; /* bytes of the published blocks */
+    size_t base;            /* bytes of buf read from the disk cache before the store's */
     struct cbuf *buf;       /* holds one reference for the fetch itself */
 };
 
@@ -692,6 +697,7 @@ static void fetch_progress(void *arg, size_t ready)
 {
     struct fetch *f = arg;
     struct cache *c = f->c;
+    ready += f->base; /* the store fills buf from base on */
     /* Only this thread changes f: no lock to find that no block is whole yet. */
     if (!fetch_next_block_in(f, ready))
         return;
@@ -699,6 +705,65 @@ static void fetch_progress(void *arg, size_t ready)
     while (fetch_next_block_in(f, ready))
         fetch_publish_next_locked(f);
     cache_unlock(c);
+}
+
+/* ---- the disk cache ---- */
+
+void cache_set_disk(struct cache *c, struct diskcache *dc, struct diskfill *fill)
+{
+    c->disk = dc;
+    c->fill = dc ? fill : NULL;
+}
+
+/* Copy into buf what the disk cache holds of [off, off + len) of o, piece by
+ * piece (a piece: the part of one disk chunk in the range). [*lo, *hi) of buf
+ * is left for the store: from the first piece missing to the end of the last
+ * one (lo == hi: every piece was on disk). Called without the lock. */
+static void disk_read(struct cache *c, struct cache_obj *o, uint64_t off, size_t len, char *buf,
+                      size_t *lo, size_t *hi)
+{
+    *lo = 0;
+    *hi = len;
+    if (!c->disk || !o->etag[0])
+        return;
+    struct diskcache_version v = {.path = o->path, .etag = o->etag, .size = o->size};
+    if (diskcache_read(c->disk, &v, off, len, buf) == 1) { /* all of it: one open, one read-ahead */
+        *lo = *hi = len;
+        return;
+    }
+    size_t first_miss = len, miss_end = 0;
+    for (size_t at = 0; at < len;) {
+        uint64_t pos = off + at;
+        size_t piece = (size_t)(DISKCACHE_CHUNK - pos % DISKCACHE_CHUNK);
+        if (piece > len - at)
+            piece = len - at;
+        if (diskcache_read(c->disk, &v, pos, piece, buf + at) != 1) {
+            if (first_miss == len)
+                first_miss = at;
+            miss_end = at + piece;
+        }
+        at += piece;
+    }
+    *lo = first_miss == len ? len : first_miss;
+    *hi = first_miss == len ? len : miss_end;
+}
+
+/* Hand the whole disk chunks inside [off, off + len) of o (fetched from the
+ * store into buf) to the background writer. Never waits for the disk. */
+static void disk_keep(struct cache *c, struct cache_obj *o, uint64_t off, size_t len,
+                      const char *buf)
+{
+    if (!c->fill || !o->etag[0] || len == 0)
+        return;
+    struct diskcache_version v = {.path = o->path, .etag = o->etag, .size = o->size};
+    uint64_t end = off + len;
+    for (uint64_t at = (off + DISKCACHE_CHUNK - 1) / DISKCACHE_CHUNK * DISKCACHE_CHUNK; at < end;
+         at += DISKCACHE_CHUNK) {
+        uint64_t chunk_end = at + DISKCACHE_CHUNK < o->size ? at + DISKCACHE_CHUNK : o->size;
+        if (chunk_end > end)
+            break; /* the chunk is cut by the range: not whole */
+        (void)diskfill_put(c->fill, &v, at, buf + (at - off), (size_t)(chunk_end - at));
+    }
 }
 
 /* Fetch blocks [first, first+n) of o, all FETCHING and owned by the
@@ -719,11 +784,22 @@ static int fetch_run(struct cache *c, struct cache_obj *o, uint64_t first, uint3
         rc = -ENOMEM;
     else if (background && atomic_load(&c->stopping))
         rc = -ESHUTDOWN;
-    else if (ops->read_progressive)
-        rc = ops->read_progressive(c->store, o->path, o->etag, off, want, f.buf->data, &got,
-                                   fetch_progress, &f);
-    else
-        rc = ops->read(c->store, o->path, o->etag, off, want, f.buf->data, &got);
+    else {
+        /* What the disk cache holds is not asked of the store: [lo, hi) is. */
+        size_t lo, hi, sgot = 0;
+        disk_read(c, o, off, want, f.buf->data, &lo, &hi);
+        f.base = lo;
+        if (lo == hi)
+            rc = 0;
+        else if (ops->read_progressive)
+            rc = ops->read_progressive(c->store, o->path, o->etag, off + lo, hi - lo,
+                                       f.buf->data + lo, &sgot, fetch_progress, &f);
+        else
+            rc = ops->read(c->store, o->path, o->etag, off + lo, hi - lo, f.buf->data + lo, &sgot);
+        got = rc == 0 && sgot == hi - lo ? want : lo + sgot;
+        if (rc == 0 && lo < hi && sgot == hi - lo)
+            disk_keep(c, o, off + lo, hi - lo, f.buf->data + lo);
+    }
     if (rc == 0 && got != want) {
         log_warn("%s: object shorter than expected (%zu of %llu bytes at %llu): changed on the "
                  "store?",

@@ -15,6 +15,9 @@
  * Background prefetch is skipped rather than overcommit, or than evict blocks fetched
  * in the background that nobody has read yet (under pressure it fetches
  * less, not more); demand reads may exceed the bound briefly.
+ * With a disk cache (cache_set_disk), a fetch copies what it holds of the
+ * object's version and asks the store only for the rest, whose whole chunks
+ * it hands to the disk cache's background writer.
  */
 #ifndef CKPTFS_CACHE_H
 #define CKPTFS_CACHE_H
@@ -27,6 +30,8 @@
 
 struct cache;
 struct cache_obj;
+struct diskcache;
+struct diskfill;
 
 struct cache_config {
     uint64_t capacity;     /* bytes held at most: block data, and the fetch buffers it keeps */
@@ -68,6 +73,12 @@ struct cache_stats {
 
 int cache_create(struct store *store, struct workq *wq, const struct cache_config *cfg,
                  struct cache **out);
+
+/* Fetches read what dc holds of the object's version (path, etag, size as
+ * opened) instead of asking the store, and hand the whole chunks they fetch
+ * from the store to fill (issue #22). dc and fill may be NULL (none); both
+ * must outlive c. Call before the first read. */
+void cache_set_disk(struct cache *c, struct diskcache *dc, struct diskfill *fill);
 
 /* Make queued background fetches fail at once instead of doing I/O (used
  * at unmount, so a dead server cannot hold it up). */

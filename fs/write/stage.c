@@ -279,6 +279,8 @@ int stage_adopt(struct stage *st, const char *path, const char *etag, uint64_t s
     }
     /* Unchanged so far: the store has this content already. */
     wf->synced_version = keep == size ? wf->version : 0;
+    snprintf(wf->synced_etag, sizeof wf->synced_etag, "%s", etag ? etag : "");
+    wf->synced_size = size;
     wf->seal_version = wf->version;
     link_new_file(st, wf);
     pthread_mutex_unlock(&st->lock);

@@ -112,6 +112,13 @@ struct stage_config {
     void (*on_publish)(void *arg, const char *path, const struct store_stat *st,
                        const struct stage_commit_snapshot *commit);
     void *on_publish_arg;
+    /* Called (without locks) with a clean staged file about to be deleted,
+     * its bytes exactly the version (path, etag, size) the store has: 0 if it
+     * took the staging file (file, a full path; moved away), else the stage
+     * deletes it. NULL: deleted. */
+    int (*on_retire)(void *arg, const char *path, const char *etag, uint64_t size,
+                     const char *file);
+    void *on_retire_arg;
     /* A directory on a store of keys with more objects below it than this is
      * not renamed (-EXDEV, so mv copies); 0 = no limit (default 100000). */
     int rename_dir_max_objects;

@@ -341,7 +341,7 @@ void stage_close(struct stage *st)
             kept++;
         else if (wf->journaled)
             journal_del(st->journal, wf->id);
-        if (wfile_clean(wf) && !wf->unlinked) {
+        if (wfile_clean(wf) && !wf->unlinked && !wfile_retire(st, wf)) {
             char name[32];
             wfile_staging_name(wf->id, name);
             unlinkat(st->files_dirfd, name, 0);

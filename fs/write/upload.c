@@ -394,8 +394,11 @@ static void landed(struct stage *st, struct job *j, const char *etag)
 {
     struct wfile *wf = j->wf;
     if (!wf->unlinked && strcmp(wf->path, j->key) == 0) {
-        if (j->version > wf->synced_version)
+        if (j->version > wf->synced_version) {
             wf->synced_version = j->version;
+            snprintf(wf->synced_etag, sizeof wf->synced_etag, "%s", etag);
+            wf->synced_size = j->size;
+        }
         succeeded(wf);
         st->stats.files_published++;
         st->stats.bytes_uploaded += j->size;

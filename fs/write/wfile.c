@@ -87,6 +87,20 @@ int wfile_clean(const struct wfile *wf)
     return wf->synced_version == wf->version;
 }
 
+int wfile_retire(struct stage *st, const struct wfile *wf)
+{
+    if (!st->cfg.on_retire || wf->unlinked || !wfile_clean(wf) || !wf->synced_etag[0] ||
+        wf->synced_size != wf->size || wf->size == 0)
+        return 0;
+    char name[32];
+    wfile_staging_name(wf->id, name);
+    char *file = str_printf("%s/%s", st->files_dir, name);
+    int taken = file && st->cfg.on_retire(st->cfg.on_retire_arg, wf->path, wf->synced_etag,
+                                          wf->size, file) == 0;
+    free(file);
+    return taken;
+}
+
 /* Remove wf for good (lock held on entry and exit; unlocks in between). */
 static void wfile_drop(struct stage *st, struct wfile *wf)
 {
@@ -106,7 +120,7 @@ static void wfile_drop(struct stage *st, struct wfile *wf)
         log_warn("stage: cannot remove the journal record of %s", wf->path);
     char name[32];
     wfile_staging_name(wf->id, name);
-    if (unlinkat(st->files_dirfd, name, 0) < 0 && errno != ENOENT)
+    if (!wfile_retire(st, wf) && unlinkat(st->files_dirfd, name, 0) < 0 && errno != ENOENT)
         log_warn("stage: cannot remove staging file %s: %s", name, strerror(errno));
     wfile_free(wf);
     pthread_mutex_lock(&st->lock);

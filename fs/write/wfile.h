@@ -102,7 +102,9 @@ struct wfile {
     int refs;    /* handles, jobs and waiters holding the pointer */
     int unlinked;
     uint64_t version, seal_version, synced_version, durable_version;
-    double sealed_at;      /* monotonic seconds of the last seal */
+    char synced_etag[STORE_ETAG_MAX]; /* the store's ETag of synced_version ("" unknown) */
+    uint64_t synced_size;             /* and its size */
+    double sealed_at;                 /* monotonic seconds of the last seal */
     int held;              /* a name that is renamed away soon (*.tmp): not uploaded yet */
     int wb_queued;         /* in the flusher's queue (writeback.c), holding a reference */
     int fsynced_held;      /* fsync was called while held */
@@ -178,6 +180,11 @@ struct stage {
 
 /* The staging file's name for id: 16 hex digits. */
 void wfile_staging_name(uint64_t id, char name[32]);
+/* wf is being deleted: hand its staging file to cfg.on_retire if it holds
+ * exactly the version the store has (clean, not unlinked, its ETag known).
+ * 1 if taken (the file is gone), 0 if the caller deletes it. Called with wf
+ * out of every list, without the lock. */
+int wfile_retire(struct stage *st, const struct wfile *wf);
 
 /* 1 if name (a last component) is published only after the files it names
  * (".metadata", "*.metadata", "*.safetensors.index.json"): what stage.h's

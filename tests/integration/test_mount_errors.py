@@ -44,7 +44,7 @@ def test_help_documents_the_options(tmp_path):
     assert res.rc == 0, res
     text = res.stdout + res.stderr
     for opt in ("-f", "-o", "--endpoint-url", "--region", "--profile", "--force-path-style",
-                "--cache-dir", "--cache-size", "--attr-timeout", "--connect-timeout", "--timeout",
+                "--cache-dir", "--cache-size", "--disk-cache-size", "--attr-timeout", "--connect-timeout", "--timeout",
                 "--retries", "--max-connections", "--log-level"):
         assert re.search(rf"(^|[\s,]){re.escape(opt)}\b", text, re.M), f"--help does not mention {opt}"
 

@@ -354,3 +354,30 @@ Test(diskcache, killed_writer_leaves_only_verified_chunks)
     free(got);
     diskcache_close(dc);
 }
+
+/* A catalogue left unreadable (a power cut with unsynced commits): the cache
+ * starts afresh, empty, instead of failing to open. */
+Test(diskcache, unreadable_catalogue_starts_afresh)
+{
+    struct diskcache *dc = open_cache(64ull << 20, 0);
+    unsigned char *data = pattern(CH, 5), *got = malloc(CH);
+    struct diskcache_version v = {"s/f", "\"e\"", CH};
+    cr_assert_eq(diskcache_put(dc, &v, 0, data, CH), 0);
+    diskcache_close(dc);
+    char path[512];
+    snprintf(path, sizeof path, "%s/catalog/data.mdb", dir);
+    int fd = open(path, O_WRONLY);
+    cr_assert(fd >= 0);
+    char junk[8192];
+    memset(junk, 0x5a, sizeof junk);
+    cr_assert_eq(pwrite(fd, junk, sizeof junk, 0), (ssize_t)sizeof junk);
+    close(fd);
+    dc = open_cache(64ull << 20, 0);
+    cr_assert_eq(stats(dc).held_bytes, 0);
+    cr_assert_eq(diskcache_read(dc, &v, 0, CH, got), 0);
+    cr_assert_eq(diskcache_put(dc, &v, 0, data, CH), 0, "usable again");
+    cr_assert_eq(diskcache_read(dc, &v, 0, CH, got), 1);
+    free(data);
+    free(got);
+    diskcache_close(dc);
+}

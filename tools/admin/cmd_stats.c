@@ -143,6 +143,27 @@ static void print_summary(const char *mnt, json_t *j)
                num(j, "index.sibling_prefetches"));
     else
         printf("  disabled\n");
+    printf("\ndisk cache\n");
+    if (json_is_true(json_object_get(json_object_get(j, "disk_cache"), "enabled"))) {
+        printf("  held                    %s of %s (%.0f objects)\n",
+               fmt_size(a, sizeof a, num(j, "disk_cache.held_bytes")),
+               fmt_size(b, sizeof b, num(j, "disk_cache.capacity")), num(j, "disk_cache.objects"));
+        printf("  hits                    %.0f reads, %s (%.0f misses)\n",
+               num(j, "disk_cache.hits"), fmt_size(a, sizeof a, num(j, "disk_cache.hit_bytes")),
+               num(j, "disk_cache.misses"));
+        printf("  kept                    %s read from the store, %s written here (%.0f files)\n",
+               fmt_size(a, sizeof a, num(j, "disk_cache.stored_bytes")),
+               fmt_size(b, sizeof b, num(j, "disk_cache.adopted_bytes")),
+               num(j, "disk_cache.adopted_files"));
+        printf("  %.0f evictions (%s), %.0f checksum failures, %.0f not kept (disk full or "
+               "failing), %.0f not queued (writer behind)\n",
+               num(j, "disk_cache.evictions"),
+               fmt_size(a, sizeof a, num(j, "disk_cache.evicted_bytes")),
+               num(j, "disk_cache.checksum_failures"), num(j, "disk_cache.put_failures"),
+               num(j, "disk_cache.fill_dropped"));
+    } else {
+        printf("  disabled (--disk-cache-size)\n");
+    }
     printf("\nwrite\n");
     if (!json_is_true(json_object_get(json_object_get(j, "write"), "enabled"))) {
         printf("  disabled (read-only mount)\n");
