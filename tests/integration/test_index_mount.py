@@ -374,6 +374,30 @@ def test_per_rank_and_hugging_face_checkpoints_are_indexed_and_reused(store, mou
     assert ix["reused"] == 3 and ix["built"] == 0, ix
 
 
+def test_admin_index_of_per_rank_and_hugging_face_checkpoints_is_reused(store, mounter,
+                                                                       tmp_path):
+    """ckptfs-admin index rebuild records the mount's fingerprint (of every metadata file:
+    both __R.metadata, the index json and both shards), so a mount reuses its indexes
+    (it fingerprinted one file of each and the mount rebuilt them)."""
+    put_dir(store, os.path.join(TORCH2_FIX, "per_rank_meta"), "pr/step")
+    put_dir(store, os.path.join(TORCH2_FIX, "hf"), "hf/model")
+    put_dir(store, os.path.join(TORCH2_FIX, "hf"), "bare/model",
+            skip=("model.safetensors.index.json",))
+    cache = str(tmp_path / "cache")
+    for prefix in ("pr/step", "hf/model", "bare/model"):
+        out = subprocess.run([harness.admin_bin(), "index", "rebuild", f"{store.url}/{prefix}",
+                              *store.mount_args(), "--cache-dir", cache, "--json", "-q"],
+                             capture_output=True, text=True,
+                             env={**os.environ, **store.mount_env()}, timeout=120)
+        assert out.returncode == 0, out.stderr
+        assert len(json.loads(out.stdout)["checkpoints"]) == 1, out.stdout
+    m = mounter(store, "--cache-dir", cache, cache_dir=False)
+    for prefix in ("pr/step", "hf/model", "bare/model"):
+        os.listdir(m.p(prefix))
+    ix = harness.wait_index(m, "ready", 3)
+    assert ix["reused"] == 3 and ix["built"] == 0, ix
+
+
 def test_changed_rank_metadata_rebuilds(store, mounter, tmp_path):
     """A new version of one __R.metadata is a new version of the checkpoint's index."""
     src = os.path.join(TORCH2_FIX, "per_rank_meta")
