@@ -44,6 +44,7 @@ void core_config_defaults(struct core_config *cfg)
     cfg->readahead_min = 1u << 20;
     cfg->readahead_max = 256u << 20;
     cfg->kernel_readahead = 256u << 10;
+    cfg->direct_reads = CORE_DIRECT_READS_SHARDED;
     cfg->workers = 8;
     cfg->cache_dir = NULL;
     cfg->writable = 1;

@@ -35,12 +35,19 @@ struct core_config {
     uint64_t readahead_max;    /* largest readahead window */
     uint32_t kernel_readahead; /* how far the kernel reads past a reader (prefetch.h) */
     int workers;               /* background fetch threads */
-    int direct_reads;          /* --direct-reads: checkpoint data files bypass the page cache */
+    int direct_reads;          /* --direct-reads: CORE_DIRECT_READS_* (files.c) */
     const char *cache_dir;     /* on-disk state (index, staging); NULL = none (read-only) */
     uint64_t disk_cache_size;  /* bytes kept in CACHE_DIR/disk-cache across mounts; 0 = off */
     int writable;              /* accept writes (needs cache_dir and a store that can write) */
     struct stage_config stage; /* the write path's settings (dir: CACHE_DIR/stage) */
     double stats_interval;     /* log a transfer summary this often (s); 0 = never */
+};
+
+/* Which checkpoint data files bypass the kernel's page cache (files.c). */
+enum {
+    CORE_DIRECT_READS_NONE,    /* none */
+    CORE_DIRECT_READS_SHARDED, /* those whose items one rank each loads (default) */
+    CORE_DIRECT_READS_ALL,     /* every one */
 };
 
 /* Defaults: 1 s attributes, 1 GiB cache, 1 MiB blocks, 8 MiB requests,
@@ -108,8 +115,9 @@ int core_truncate(struct core *core, const char *path, struct core_file *f, uint
  * unknown) that opened f for writing, and its process. */
 void core_file_set_opener(struct core_file *f, pid_t thread);
 /* 1 if reads of f should bypass the kernel's page cache (FOPEN_DIRECT_IO):
- * with --direct-reads, a read-only handle of a checkpoint's *.distcp read
- * through the block cache (see files.c for why, and for the cost). */
+ * a read-only handle of a checkpoint's *.distcp read through the block
+ * cache, if --direct-reads picks that file (see files.c for why, and the
+ * cost). May wait (up to 1 s) for the checkpoint's index being built. */
 int core_file_direct_reads(const struct core *core, const struct core_file *f);
 /* close() by thread (0 = unknown): publish what the handle wrote (see
  * stage_flush). Every close(2) of a descriptor sends one, also a forked

@@ -37,19 +37,40 @@ static void keep_listing_after_close(struct core *core, const struct core_file *
  * local store's files (reads spliced from its fd; no bytes to save). Such
  * handles can be mapped privately (torch.load(mmap=True): the kernel maps
  * through the page cache) but not shared (libfuse 3.14 lacks
- * FUSE_DIRECT_IO_ALLOW_MMAP: mmap(MAP_SHARED) fails with ENODEV). The cost,
- * why it is off by default (--direct-reads turns it on): bytes several
- * ranks read (torch 2.x loads a plain tensor on every rank) cross FUSE once
- * per rank instead of once into the shared page cache (docs/bench-load.md,
- * "Direct reads of checkpoint data files"). */
+ * FUSE_DIRECT_IO_ALLOW_MMAP: mmap(MAP_SHARED) fails with ENODEV).
+ *
+ * The cost: bytes several ranks read cross FUSE once per rank instead of
+ * once into the shared page cache. torch 2.x loads a whole tensor (and a
+ * bytes item) on every rank, so a file of such items read direct crossed
+ * FUSE 4.9 times for 4 ranks, and full loads of it took 1.1-1.7x as long
+ * (docs/bench-load.md, "Direct reads of checkpoint data files"); a chunk of
+ * a sharded tensor is read by the rank that overlaps it. So by default
+ * (sharded) a file is read direct when at most 1/SHARED_MAX_PART of its
+ * item bytes are items every rank reads, as the checkpoint's index says;
+ * a file the index does not know (yet: waited for up to 1 s, or failed)
+ * keeps the page cache, as before. --direct-reads all/none override.
+ * Direct files still pay for torch's re-reads of parts of an item (its zip
+ * directory, buffer refills after seeks): 1.9-2.1x the bytes through FUSE
+ * for DTensor chunks, answered from the block cache (no extra GETs). */
+#define SHARED_MAX_PART 8
+
 int core_file_direct_reads(const struct core *core, const struct core_file *f)
 {
     static const char ext[] = ".distcp";
-    if (!core->cfg.direct_reads || !f->obj || f->wf || f->fd >= 0 || !f->in_checkpoint)
+    int mode = core->cfg.direct_reads;
+    if (mode == CORE_DIRECT_READS_NONE || !f->obj || f->wf || f->fd >= 0 || !f->in_checkpoint)
         return 0;
-    const char *name = path_base(cache_obj_path(f->obj));
+    const char *path = cache_obj_path(f->obj);
+    const char *name = path_base(path);
     size_t n = strlen(name), k = sizeof ext - 1;
-    return n > k && strcmp(name + n - k, ext) == 0;
+    if (n <= k || strcmp(name + n - k, ext) != 0)
+        return 0;
+    if (mode == CORE_DIRECT_READS_ALL)
+        return 1;
+    uint64_t shared, total;
+    if (!core->index || ckindex_file_sharing(core->index, path, 1.0, &shared, &total) != 0)
+        return 0;
+    return shared <= total / SHARED_MAX_PART;
 }
 
 struct core_file *core_file_new(void)

@@ -71,6 +71,20 @@ static int set_fsync(struct options *o, const char *v)
     return -1;
 }
 
+static int set_direct_reads(struct options *o, const char *v)
+{
+    static const char *const modes[] = {[CORE_DIRECT_READS_NONE] = "none",
+                                        [CORE_DIRECT_READS_SHARDED] = "sharded",
+                                        [CORE_DIRECT_READS_ALL] = "all"};
+    for (int i = 0; i < (int)(sizeof modes / sizeof modes[0]); i++)
+        if (strcmp(v, modes[i]) == 0) {
+            o->core.direct_reads = i;
+            return 0;
+        }
+    fprintf(stderr, "ckptfs: bad --direct-reads '%s' (sharded, all or none)\n", v);
+    return -1;
+}
+
 static int set_retries(struct options *o, const char *v)
 {
     char *end;
@@ -151,11 +165,12 @@ static const struct opt table[] = {
      "the kernel's readahead on the mount (1M): how far it reads past\n"
      "what a reader asked for (the daemon's own prefetch runs ahead anyway)",
      NULL, NULL},
-    {"direct-reads", 0, K_FLAG, F(core.direct_reads), 0, 0, NULL,
-     "read checkpoint data files (*.distcp) around the page cache:\n"
-     "no kernel readahead past the items a partial load wants, but\n"
-     "bytes several ranks read cross FUSE once per rank (off)",
-     NULL, NULL},
+    {"direct-reads", 0, K_CUSTOM, 0, 0, 0, "MODE",
+     "which checkpoint data files (*.distcp) are read around the\n"
+     "page cache (no kernel readahead past what a partial load wants;\n"
+     "bytes several ranks read cross FUSE once per rank): sharded,\n"
+     "those whose items one rank each loads (default); all; none",
+     set_direct_reads, NULL},
     {"attr-timeout", 0, K_SECONDS, F(core.attr_timeout), 0, 1e9, "SEC",
      "how long attributes and listings are trusted (1)", NULL, NULL},
 

@@ -29,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define CKINDEX_BUCKETS 1024
 
@@ -54,6 +55,7 @@ struct ckindex {
     void *known_arg;
     atomic_int stopping;
     pthread_mutex_t lock;
+    pthread_cond_t built;                /* a build finished (signalled under lock) */
     pthread_mutex_t store_lock;          /* one build stores and records at a time; before lock */
     struct ckdir *dirs[CKINDEX_BUCKETS]; /* protected by lock */
     struct ckindex_stats st;             /* protected by lock */
@@ -236,6 +238,7 @@ static void finish_build(struct ckindex *ci, const char *dir, const char *fp, en
             ci->st.failed++;
         }
     }
+    pthread_cond_broadcast(&ci->built);
     pthread_mutex_unlock(&ci->lock);
 }
 
@@ -699,6 +702,71 @@ int ckindex_siblings(struct ckindex *ci, const char *path, uint64_t off, struct 
     return n;
 }
 
+/* Wait (at most wait_s seconds) while the index of the directory of path is
+ * being built. */
+static void wait_built(struct ckindex *ci, const char *path, double wait_s)
+{
+    const char *slash = strrchr(path, '/');
+    size_t dlen = slash ? (size_t)(slash - path) : 0;
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += (time_t)wait_s;
+    until.tv_nsec += (long)((wait_s - (double)(time_t)wait_s) * 1e9);
+    if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&ci->lock);
+    for (;;) {
+        struct ckdir *d = dir_find_locked(ci, path, dlen);
+        if (!d || d->state != DIR_BUILDING || atomic_load(&ci->stopping) ||
+            pthread_cond_timedwait(&ci->built, &ci->lock, &until) != 0)
+            break;
+    }
+    pthread_mutex_unlock(&ci->lock);
+}
+
+/* Items looked at by ckindex_file_sharing; the rest of a larger file is
+ * taken to be like them. */
+#define SHARING_SCAN_MAX 65536
+
+int ckindex_file_sharing(struct ckindex *ci, const char *path, double wait_s, uint64_t *shared,
+                         uint64_t *total)
+{
+    *shared = *total = 0;
+    wait_built(ci, path, wait_s);
+    const char *slash = strrchr(path, '/');
+    size_t dlen = slash ? (size_t)(slash - path) : 0;
+    pthread_mutex_lock(&ci->lock);
+    struct ckdir *d = dir_find_locked(ci, path, dlen);
+    uint64_t id = d && d->state == DIR_READY ? d->id : 0;
+    pthread_mutex_unlock(&ci->lock);
+    struct idxdb_txn *t;
+    struct ckpt_err e = {0};
+    if (!id || idxdb_begin(ci->db, &t, &e) != 0)
+        return -1;
+    uint32_t file;
+    struct idxdb_span sp;
+    int rc = -1;
+    if (idxdb_file_find(t, id, slash ? slash + 1 : path, &file) == 0) {
+        rc = 0;
+        int more = idxdb_item_from(t, id, file, 0, &sp) == 0;
+        for (int n = 0; more && n < SHARING_SCAN_MAX; n++, more = idxdb_layout_next(t, &sp) == 0) {
+            struct idxdb_item it;
+            struct idxdb_tensor tn;
+            /* a chunk of a tensor with others: the rank that overlaps it;
+             * a whole tensor or a bytes item: every rank */
+            int one = idxdb_item_get(t, id, sp.item, &it) == 0 && it.kind == CKPT_ITEM_TENSOR &&
+                      idxdb_tensor_get(t, id, it.tensor, &tn) == 0 && tn.nchunks > 1;
+            *total += sp.length;
+            if (!one)
+                *shared += sp.length;
+        }
+    }
+    idxdb_end(t);
+    return rc;
+}
+
 int ckindex_building(struct ckindex *ci, const char *path)
 {
     const char *slash = strrchr(path, '/');
@@ -769,6 +837,7 @@ int ckindex_open(const char *cache_dir, const char *store_url, struct store *sto
     ci->known = known;
     ci->known_arg = known_arg;
     pthread_mutex_init(&ci->lock, NULL);
+    pthread_cond_init(&ci->built, NULL);
     pthread_mutex_init(&ci->store_lock, NULL);
     *out = ci;
     return 0;
@@ -795,6 +864,7 @@ void ckindex_close(struct ckindex *ci)
     }
     idxdb_close(ci->db);
     pthread_mutex_destroy(&ci->lock);
+    pthread_cond_destroy(&ci->built);
     pthread_mutex_destroy(&ci->store_lock);
     free(ci->store_url);
     free(ci);

@@ -1,10 +1,14 @@
-"""With --direct-reads, reads of a checkpoint's data files bypass the kernel's page cache
-(FOPEN_DIRECT_IO, see core_file_direct_reads in fs/core/files.c): no kernel readahead past
-what a partial load wants. Without it (the default) they map shared as any file. Over s3rver, a torch 1.13 checkpoint (the shared fixture): its *.distcp read with
-read(), pread() and a private map (torch.load(mmap=True) maps MAP_PRIVATE) give the stored
-bytes; a shared map of one is refused (libfuse 3.14 cannot map a direct-I/O handle
-shared), which is how the test sees that the kernel got the flag; .metadata and a .distcp
-outside a checkpoint directory still map shared (page cache as before).
+"""Reads of a checkpoint's data files that bypass the kernel's page cache (FOPEN_DIRECT_IO,
+see core_file_direct_reads in fs/core/files.c): no kernel readahead past what a partial
+load wants. By default (--direct-reads sharded) only files whose items one rank each loads
+(chunks of sharded tensors); files of whole tensors or bytes items, which every rank loads,
+keep the page cache; --direct-reads all / none for every file / none. Over s3rver, a torch
+1.13 checkpoint (the shared fixture: one item per file; __0_0 a chunk of a sharded tensor,
+__0_3 a whole tensor, __0_8 a bytes item): a direct file read with read(), pread() and a
+private map (torch.load(mmap=True) maps MAP_PRIVATE) gives the stored bytes; a shared map
+of one is refused (libfuse 3.14 cannot map a direct-I/O handle shared), which is how the
+test sees that the kernel got the flag; .metadata and a .distcp outside a checkpoint
+directory still map shared (page cache as before).
 """
 
 import errno
@@ -41,14 +45,22 @@ def test_checkpoint_data_files_read_direct(s3server, mounter, request):
     want = {n: open(os.path.join(CK, n), "rb").read() for n in names}
     store.put_many([(f"ck/{n}", os.path.join(CK, n)) for n in names] +
                    [("plain/__0_0.distcp", want["__0_0.distcp"])])
-    default = mounter(store)
-    with open(default.p("ck/.metadata"), "rb") as f:
+    none = mounter(store, "--direct-reads=none")
+    with open(none.p("ck/.metadata"), "rb") as f:
         f.read()
-    assert mapped(default.p("ck/__0_0.distcp"), mmap.MAP_SHARED) == want["__0_0.distcp"]
-    default.close()
-    mnt = mounter(store, "--direct-reads")
+    assert mapped(none.p("ck/__0_0.distcp"), mmap.MAP_SHARED) == want["__0_0.distcp"]
+    none.close()
+    every = mounter(store, "--direct-reads=all")
+    with open(every.p("ck/.metadata"), "rb") as f:
+        f.read()
+    for n in ("__0_0.distcp", "__0_3.distcp", "__0_8.distcp"):
+        assert mapped(every.p("ck/" + n), mmap.MAP_SHARED) == errno.ENODEV, n
+    every.close()
+    mnt = mounter(store)  # the default: sharded
     with open(mnt.p("ck/.metadata"), "rb") as f:  # a load reads .metadata first
         assert f.read() == want[".metadata"]
+    for n in ("__0_3.distcp", "__0_8.distcp"):  # every rank reads these: page cache
+        assert mapped(mnt.p("ck/" + n), mmap.MAP_SHARED) == want[n], n
     data = want["__0_0.distcp"]
     path = mnt.p("ck/__0_0.distcp")
     assert harness.read_file(path, chunk=128 << 10) == data

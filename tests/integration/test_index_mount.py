@@ -179,16 +179,22 @@ def test_sequential_items_are_fetched_ahead_and_exact(store, mounter, checkpoint
     if store.kind == "dir":
         pytest.skip("the local store hands its files to the kernel (splice): nothing to prefetch")
     prefix = put_checkpoint(store, checkpoint)
-    m = mounter(store)
-    open_metadata(m, prefix)
-    harness.wait_index(m, "ready", 1)
-    for name in ("__0_0.distcp", "__1_0.distcp"):
-        want = harness.sha256(open(os.path.join(checkpoint, name), "rb").read())
-        got, n = harness.sha256_file(m.p(f"{prefix}/{name}"), chunk=256 * 1024)
-        assert got == want and n == os.path.getsize(os.path.join(checkpoint, name))
-    st = m.stats()
-    assert st["index"]["item_prefetches"] >= 8, st["index"]
-    assert st["get_bytes"] <= 1.05 * 2 * os.path.getsize(os.path.join(checkpoint, name)) + 8192
+    # through the page cache (this checkpoint's ShardedTensor files are read direct by
+    # default, where the sequential readahead fetches ahead: checked exact below)
+    for args in (["--direct-reads=none"], []):
+        m = mounter(store, *args)
+        open_metadata(m, prefix)
+        harness.wait_index(m, "ready", 1)
+        for name in ("__0_0.distcp", "__1_0.distcp"):
+            want = harness.sha256(open(os.path.join(checkpoint, name), "rb").read())
+            got, n = harness.sha256_file(m.p(f"{prefix}/{name}"), chunk=256 * 1024)
+            assert got == want and n == os.path.getsize(os.path.join(checkpoint, name))
+        st = m.stats()
+        if args:
+            assert st["index"]["item_prefetches"] >= 8, st["index"]
+        size = os.path.getsize(os.path.join(checkpoint, name))
+        assert st["get_bytes"] <= 1.05 * 2 * size + 8192, (args, st["get_bytes"])
+        m.close()
 
 
 def test_torch_load_through_the_mount(store, mounter, checkpoint):
@@ -371,6 +377,30 @@ def test_per_rank_and_hugging_face_checkpoints_are_indexed_and_reused(store, mou
     for prefix in gets:
         os.listdir(m2.p(prefix))
     ix = harness.wait_index(m2, "ready", 3)
+    assert ix["reused"] == 3 and ix["built"] == 0, ix
+
+
+def test_admin_index_of_per_rank_and_hugging_face_checkpoints_is_reused(store, mounter,
+                                                                       tmp_path):
+    """ckptfs-admin index rebuild records the mount's fingerprint (of every metadata file:
+    both __R.metadata, the index json and both shards), so a mount reuses its indexes
+    (it fingerprinted one file of each and the mount rebuilt them)."""
+    put_dir(store, os.path.join(TORCH2_FIX, "per_rank_meta"), "pr/step")
+    put_dir(store, os.path.join(TORCH2_FIX, "hf"), "hf/model")
+    put_dir(store, os.path.join(TORCH2_FIX, "hf"), "bare/model",
+            skip=("model.safetensors.index.json",))
+    cache = str(tmp_path / "cache")
+    for prefix in ("pr/step", "hf/model", "bare/model"):
+        out = subprocess.run([harness.admin_bin(), "index", "rebuild", f"{store.url}/{prefix}",
+                              *store.mount_args(), "--cache-dir", cache, "--json", "-q"],
+                             capture_output=True, text=True,
+                             env={**os.environ, **store.mount_env()}, timeout=120)
+        assert out.returncode == 0, out.stderr
+        assert len(json.loads(out.stdout)["checkpoints"]) == 1, out.stdout
+    m = mounter(store, "--cache-dir", cache, cache_dir=False)
+    for prefix in ("pr/step", "hf/model", "bare/model"):
+        os.listdir(m.p(prefix))
+    ix = harness.wait_index(m, "ready", 3)
     assert ix["reused"] == 3 and ix["built"] == 0, ix
 
 

@@ -2,7 +2,10 @@
  * tests/unit/test_direct_reads.c - which open handles bypass the kernel's
  * page cache (core_file_direct_reads, fs/core/files.c): read-only handles of
  * a checkpoint's *.distcp read through the block cache, so that the kernel's
- * readahead does not fetch past what a partial load wants; nothing else.
+ * readahead does not fetch past what a partial load wants; by default
+ * (--direct-reads sharded) only files whose items one rank each loads (a
+ * chunk of a sharded tensor), not whole tensors or bytes items every rank
+ * reads; nothing else.
  */
 #include "core.h"
 #include "mem_store.h"
@@ -17,9 +20,11 @@ static struct mem_store *mem;
 static struct core *core;
 
 /* A core with an index over an in-memory store holding a torch 1.13
- * checkpoint's .metadata in ck/, a data file next to it and the same names
- * in plain/ (no .metadata: not a checkpoint). */
-static int direct_reads_option = 1; /* --direct-reads */
+ * checkpoint's .metadata in ck/ (one item per file: __0_0 a chunk of the
+ * sharded model.embed.weight, __0_3 the whole model.layers.0.norm.weight,
+ * __0_8 the bytes item optim.step), those data files next to it and one of
+ * the names in plain/ (no .metadata: not a checkpoint). */
+static int direct_reads_option = CORE_DIRECT_READS_SHARDED; /* the default */
 
 static void setup(void)
 {
@@ -29,13 +34,15 @@ static void setup(void)
     char *meta = slurp(CKPTFS_FIXTURES "/dcp-torch1.13/per_item/.metadata", &n);
     cr_assert_eq(mem_store_set(mem, "ck/.metadata", meta, n, NULL), 0);
     free(meta);
-    const char *files[] = {"ck/__0_0.distcp", "ck/notes.txt", "plain/__0_0.distcp"};
-    for (int i = 0; i < 3; i++)
+    const char *files[] = {"ck/__0_0.distcp", "ck/__0_3.distcp", "ck/__0_8.distcp", "ck/notes.txt",
+                           "plain/__0_0.distcp"};
+    for (int i = 0; i < 5; i++)
         cr_assert_eq(mem_store_set(mem, files[i], "0123456789", 10, NULL), 0);
     struct core_config cfg;
     core_config_defaults(&cfg);
     cfg.cache_size = 16u << 20;
     cfg.cache_dir = dir;
+    cr_assert_eq(cfg.direct_reads, CORE_DIRECT_READS_SHARDED, "the default");
     cfg.direct_reads = direct_reads_option;
     cr_assert_eq(core_create(mem_store_base(mem), &cfg, &core), 0);
 }
@@ -60,34 +67,59 @@ static int direct(const char *path, int flags)
     return d;
 }
 
-Test(direct_reads, only_a_checkpoints_data_files_read_only)
+/* a load opens .metadata first: that makes ck a checkpoint directory */
+static void open_metadata(void)
 {
     struct core_file *md;
     int keep;
-    /* a load opens .metadata first: that makes ck a checkpoint directory */
     cr_assert_eq(core_open(core, "/ck/.metadata", O_RDONLY, &md, &keep), 0);
     cr_assert_eq(core_file_direct_reads(core, md), 0, ".metadata is read through the page cache");
     core_release(core, md);
-    cr_assert_eq(direct("/ck/__0_0.distcp", O_RDONLY), 1, "a checkpoint's data file");
+}
+
+Test(direct_reads, sharded_data_files_read_only)
+{
+    open_metadata();
+    cr_assert_eq(direct("/ck/__0_0.distcp", O_RDONLY), 1, "a chunk of a sharded tensor");
+    cr_assert_eq(direct("/ck/__0_3.distcp", O_RDONLY), 0, "a whole tensor: every rank reads it");
+    cr_assert_eq(direct("/ck/__0_8.distcp", O_RDONLY), 0, "a bytes item: every rank reads it");
     cr_assert_eq(direct("/ck/notes.txt", O_RDONLY), 0, "another file of the checkpoint");
     cr_assert_eq(direct("/plain/__0_0.distcp", O_RDONLY), 0, "not in a checkpoint directory");
     cr_assert_eq(direct("/ck/__0_0.distcp", O_RDWR), 0, "a handle that may write");
 }
 
-static void setup_without_option(void)
+static void setup_all(void)
 {
-    direct_reads_option = 0;
+    direct_reads_option = CORE_DIRECT_READS_ALL;
     setup();
 }
 
-TestSuite(direct_reads_off, .init = setup_without_option, .fini = teardown);
+TestSuite(direct_reads_all, .init = setup_all, .fini = teardown);
 
-/* without --direct-reads (the default) every handle uses the page cache */
-Test(direct_reads_off, nothing_is_direct_by_default)
+/* --direct-reads all: every data file of the checkpoint, shared items or not */
+Test(direct_reads_all, every_data_file)
 {
-    struct core_file *md;
-    int keep;
-    cr_assert_eq(core_open(core, "/ck/.metadata", O_RDONLY, &md, &keep), 0);
-    core_release(core, md);
+    open_metadata();
+    cr_assert_eq(direct("/ck/__0_0.distcp", O_RDONLY), 1);
+    cr_assert_eq(direct("/ck/__0_3.distcp", O_RDONLY), 1);
+    cr_assert_eq(direct("/ck/__0_8.distcp", O_RDONLY), 1);
+    cr_assert_eq(direct("/ck/notes.txt", O_RDONLY), 0);
+    cr_assert_eq(direct("/plain/__0_0.distcp", O_RDONLY), 0);
+    cr_assert_eq(direct("/ck/__0_0.distcp", O_RDWR), 0);
+}
+
+static void setup_none(void)
+{
+    direct_reads_option = CORE_DIRECT_READS_NONE;
+    setup();
+}
+
+TestSuite(direct_reads_none, .init = setup_none, .fini = teardown);
+
+/* --direct-reads none: every handle uses the page cache */
+Test(direct_reads_none, nothing_is_direct)
+{
+    open_metadata();
     cr_assert_eq(direct("/ck/__0_0.distcp", O_RDONLY), 0);
+    cr_assert_eq(direct("/ck/__0_3.distcp", O_RDONLY), 0);
 }

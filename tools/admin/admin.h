@@ -74,6 +74,13 @@ int admin_load_ckpt(const struct admin_opts *o, int nargs, const char *synopsis,
 
 /* Local-directory implementation of struct ckpt_io (ctx = root path). */
 void io_local_init(struct ckpt_io *io, const char *root);
+struct store_stat;
+/* What the mount's local-directory store says of root/path (its ETag is
+ * made of size and mtime): 0 or -errno. */
+int io_local_store_stat(const char *root, const char *path, struct store_stat *st);
+/* The fingerprint a mount records for the checkpoint in directory dir of
+ * src (ckindex_fingerprint of its metadata files): 0 or -errno. */
+int admin_fingerprint(const struct admin_src *src, const char *dir, char *out, size_t len);
 /* Map a library error code to an exit code. */
 int exit_for(int err);
 

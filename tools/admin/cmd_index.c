@@ -186,8 +186,10 @@ static int index_rebuild(struct admin_opts *o)
         rc = key ? ckpt_load(&src.io, dir, NULL, &c, &e) : -ENOMEM;
         char fp[IDXDB_FP_MAX] = "";
         uint64_t id = 0;
-        if (!rc && c->source && src.io.fingerprint)
-            src.io.fingerprint(src.io.ctx, c->source, fp, sizeof(fp));
+        /* the mount's fingerprint, of every metadata file (one of several
+         * __R.metadata or Hugging Face files would never match it) */
+        if (!rc && admin_fingerprint(&src, dir, fp, sizeof(fp)) != 0)
+            fp[0] = '\0';
         if (!rc) {
             rc = idxdb_put(db, key, fp, c, &id, &e);
             if (rc && exit_for(rc) == EX_DB) {

@@ -95,6 +95,16 @@ static int local_list(void *ctx, const char *dir, ckpt_io_list_fn fn, void *arg)
     return rc;
 }
 
+int io_local_store_stat(const char *root, const char *path, struct store_stat *st)
+{
+    struct stat sb;
+    int rc = stat_below(root, path, &sb);
+    if (rc)
+        return rc;
+    store_dir_stat_of(&sb, st);
+    return 0;
+}
+
 /* The fingerprint the mount computes for the same file through its
  * local-directory store (store_fingerprint of store_dir_stat_of), so a mount
  * of this directory reuses what `index rebuild` built. */
