@@ -465,6 +465,7 @@ void stage_write_end(struct stage *st, struct wfile *wf, uint64_t off, size_t le
         wf->parts[p - 1].gen++;
     }
     wf->mtime_ns = wall_ns();
+    wf->attrs.set &= ~STORE_ATTR_MTIME; /* changed since its time was set */
     if (written > 0) {
         st->stats.write_bytes += (uint64_t)written;
         wfile_note_write(st, (uint64_t)written);
@@ -521,6 +522,7 @@ int stage_truncate(struct stage *st, struct wfile *wf, uint64_t size)
         wf->size = size;
         wf->version++;
         wf->mtime_ns = wall_ns();
+        wf->attrs.set &= ~STORE_ATTR_MTIME;
         if (wf->sealed_in_journal)
             unseal_record(st, wf);
         if (wf->writers == 0) /* truncate(2) without an open file is complete in itself */
