@@ -199,11 +199,14 @@ static void merge_attrs_locked(struct wfile *wf, const struct store_attrs *a)
     wf->attrs_gen++;
 }
 
-/* Will wf's attributes reach the store with an upload: one to come, or one
- * in flight (which fixes them up when it lands)? (Lock held.) */
+/* Will wf's attributes reach the store with an upload: one to come or in
+ * flight (it takes them when it lands), or a landing not yet done (it checks
+ * for attributes set meanwhile until it ends, upload.c's landed())? Not
+ * merely jobs in flight: a job that landed is still in flight until its
+ * worker is done, past its last check. (Lock held.) */
 static int upload_pending_locked(const struct wfile *wf)
 {
-    return wf->synced_version < wf->version || wf->jobs > 0;
+    return wf->synced_version < wf->version || wf->attrs_landings > 0;
 }
 
 int stage_set_attrs(struct stage *st, const char *path, const struct store_attrs *a)

@@ -390,30 +390,35 @@ static void succeeded(struct wfile *wf)
     wf->retry_at = 0;
 }
 
-/* The object landed with the attributes the job sent: if they changed
- * since (a chmod while it was uploading), or the store cannot send them
- * with an upload, give them to the object now (a metadata-only copy on S3).
- * ns gets the attributes the object has. Lock held on entry and exit. */
-static void fix_attrs(struct stage *st, struct job *j, struct store_stat *ns)
+/* Give the object that landed (ns, under j->key) the attributes set since
+ * *gen (their change count it has; first: the landing itself, where a store
+ * that cannot send them with an upload gets them all now) with a
+ * metadata-only copy (S3), and put in ns the attributes the object has;
+ * *gen becomes the count it has now. Lock held on entry and exit; dropped
+ * for the request. */
+static void fix_attrs(struct stage *st, struct job *j, struct store_stat *ns, uint64_t *gen,
+                      int first)
 {
     struct wfile *wf = j->wf;
     struct store *s = st->store;
-    struct store_attrs a = wf->attrs;
+    struct store_attrs a = wf->attrs, had = ns->attrs;
+    int stale = wf->attrs_gen != *gen || (first && !s->ops->put_attrs);
+    *gen = wf->attrs_gen;
     ns->attrs = a;
     if (a.set & STORE_ATTR_MTIME)
         ns->mtime_ns = a.mtime_ns;
-    if (!a.set || !s->ops->set_attrs || (j->attrs_gen == wf->attrs_gen && s->ops->put_attrs))
+    if (!a.set || !s->ops->set_attrs || !stale)
         return;
     pthread_mutex_unlock(&st->lock);
     char etag[STORE_ETAG_MAX];
     int rc = s->ops->set_attrs(s, j->key, 0, ns->etag, j->size, &a, etag);
     pthread_mutex_lock(&st->lock);
-    if (rc < 0)
+    if (rc < 0) {
         log_warn("upload: cannot set the attributes of %s: %s", j->key, strerror(-rc));
-    else if (etag[0])
+        ns->attrs = had;
+    } else if (etag[0]) {
         memcpy(ns->etag, etag, STORE_ETAG_MAX);
-    if (rc < 0)
-        ns->attrs = j->attrs;
+    }
 }
 
 /* The object landed under j->key: either that is still the file's name (the
@@ -436,19 +441,33 @@ static void landed(struct stage *st, struct job *j, const char *etag)
             st->stats.commits++;
         else
             commit_wake(st, wf->path);
-        struct store_stat ns = {.size = j->size, .mtime_ns = wall_ns()};
+        struct store_stat ns = {.size = j->size, .mtime_ns = wall_ns(), .attrs = j->attrs};
         snprintf(ns.etag, sizeof ns.etag, "%s", etag);
-        fix_attrs(st, j, &ns);
         char *path = strdup(wf->path);
         struct stage_commit_snapshot *snap = wf->is_commit && st->cfg.on_publish
                                                  ? commit_snapshot(st, wf, j->version, j->size)
                                                  : NULL;
-        pthread_mutex_unlock(&st->lock);
-        if (path && st->cfg.on_publish)
-            st->cfg.on_publish(st->cfg.on_publish_arg, path, &ns, snap);
+        /* Attributes set from here until the landing is done are this
+         * landing's to send (stage_set_attrs counts on it): it checks for
+         * them under the lock, last after the publish, and only then stops
+         * being a landing. */
+        wf->attrs_landings++;
+        uint64_t gen = j->attrs_gen;
+        for (int first = 1;; first = 0) {
+            fix_attrs(st, j, &ns, &gen, first);
+            pthread_mutex_unlock(&st->lock);
+            if (path && st->cfg.on_publish)
+                st->cfg.on_publish(st->cfg.on_publish_arg, path, &ns, snap);
+            commit_snapshot_free(snap);
+            snap = NULL;
+            pthread_mutex_lock(&st->lock);
+            /* Renamed or unlinked meanwhile: a new upload (or none) takes them. */
+            if (gen == wf->attrs_gen || wf->unlinked || !path || strcmp(wf->path, path) != 0)
+                break;
+        }
+        assert(wf->attrs_landings > 0);
+        wf->attrs_landings--;
         free(path);
-        commit_snapshot_free(snap);
-        pthread_mutex_lock(&st->lock);
         return;
     }
     int owned = wfile_find(st, j->key) != NULL;

@@ -104,6 +104,7 @@ struct wfile {
      * the journal: a crash before the upload loses them (semantics.md). */
     struct store_attrs attrs;
     uint64_t attrs_gen, mpu_attrs_gen;
+    int attrs_landings; /* landings under way that still send attributes set now (upload.c) */
     struct extents written;
     int writers; /* writable handles open */
     int refs;    /* handles, jobs and waiters holding the pointer */

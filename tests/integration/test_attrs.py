@@ -11,6 +11,7 @@ import os
 import shutil
 import stat
 import subprocess
+import threading
 import time
 
 import pytest
@@ -167,6 +168,44 @@ def test_chmod_of_a_large_stored_object_copies_it_onto_itself(dedicated_s3server
     assert s.get("big.bin") == body
     fresh = mounter(s, "--attrs=exact")
     assert attrs(fresh.p("big.bin"))[1:] == (0o640, 0, 0, PAST * 10**9)
+
+
+def test_a_chmod_while_the_upload_lands_is_kept(s3server, mounter, faultproxy):
+    """§13: attributes set while the file's upload lands are not lost. A proxy holds the
+    PUT (a chmod meanwhile is taken by the landing: a CopyObject onto itself), then holds
+    that copy: a second chmod while it is under way must reach the object too, and the
+    mount must show it."""
+    s = harness.S3Store(s3server, harness.unique_prefix("landing"))
+    held = {"PUT": threading.Event(), "COPY": threading.Event()}
+    go = {"PUT": threading.Event(), "COPY": threading.Event()}
+
+    def gate(req):  # hold the first PUT and the first copy of f.bin until told
+        if req.method == "PUT" and req.path.endswith("/f.bin"):
+            kind = "COPY" if "x-amz-copy-source" in req.headers else "PUT"
+            if not held[kind].is_set():
+                held[kind].set()
+                go[kind].wait(60)
+        return "pass"
+
+    proxy = faultproxy(s3server.port, policy=gate)
+    m = mounter(s, "--fsync=staged", endpoint=proxy.endpoint)
+    try:
+        with open(m.p("f.bin"), "wb") as f:
+            f.write(b"x" * 1000)
+        assert held["PUT"].wait(60), "the upload began"
+        os.chmod(m.p("f.bin"), 0o600)
+        go["PUT"].set()
+        assert held["COPY"].wait(60), "the landing gave the object the new mode"
+        os.chmod(m.p("f.bin"), 0o640)  # while that copy is under way
+    finally:
+        go["PUT"].set()
+        go["COPY"].set()
+    m.sync()
+    meta = s.s3.head_object(Bucket=s.bucket, Key=s.key("f.bin"))["Metadata"]
+    print("DEBUG", proxy.log)
+    assert meta.get("mode") == str(stat.S_IFREG | 0o640), meta
+    assert stat.S_IMODE(os.stat(m.p("f.bin")).st_mode) == 0o640
+    assert s.get("f.bin") == b"x" * 1000
 
 
 def as_user(uid, *cmd):
