@@ -408,9 +408,16 @@ static int rename_stored(struct core *core, const char *sfrom, const struct stor
     stage_wait_sweep(core->stage, sto); /* a large copy is a multipart upload to sto */
     int rc = s->ops->copy(s, sfrom, st->etag, st->size, sto, etag);
     if (rc == 0) {
-        struct store_stat ns = *st;
-        memcpy(ns.etag, etag, sizeof ns.etag);
-        meta_put(&core->meta, sto, 0, &ns, 0);
+        /* sto's entry is the store's answer for the copy (size, etag and,
+         * issue #18, the attributes it carried over), not st: st may be an
+         * older answer (a listing's, taken while sfrom was being replaced)
+         * that only the copy's If-Match would catch, which not every store
+         * checks. */
+        struct store_stat ns;
+        if (s->ops->stat(s, sto, &ns) == 0 && !ns.is_dir)
+            meta_put(&core->meta, sto, 0, &ns, 0);
+        else
+            meta_forget(&core->meta, sto);
         rc = s->ops->remove(s, sfrom);
         if (rc == -ENOENT)
             rc = 0;
