@@ -458,14 +458,18 @@ int core_rename(struct core *core, const char *from, const char *to, unsigned fl
         struct wfile *wf = stage_get(core->stage, sfrom);
         if (wf) {
             stage_put(core->stage, wf);
-            struct store_stat old;
-            int on_store = core_lookup_store(core, sfrom, &old) == 0 && !old.is_dir;
             /* Forget sto's entry now: its upload may land (and put its entry,
              * with its attributes) before the rename returns (issue #18). */
             meta_forget(&core->meta, sto);
             copied = 1;
             rc = stage_rename(core->stage, sfrom, sto);
-            if (rc == 0 && on_store)
+            /* Whether sfrom is on the store is asked only now: stage_rename
+             * waited for the file's requests in flight, and an upload under
+             * sfrom may have landed (and been published there) before the
+             * rename took the name. Asked before, that object was left
+             * behind under the old name, with the old bytes. */
+            struct store_stat old;
+            if (rc == 0 && core_lookup_store(core, sfrom, &old) == 0 && !old.is_dir)
                 rc = remove_from_store(core, sfrom);
         } else {
             rc = rename_stored(core, sfrom, &sf, sto);
