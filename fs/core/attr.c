@@ -1,10 +1,14 @@
 /*
  * fs/core/attr.c - how an entry shows to the kernel: the mount's struct
  * stat of a store's or staging's answer (modes, owner, times, the size an
- * open handle keeps), and store paths from mount paths.
+ * open handle keeps), store paths from mount paths, and the attributes set
+ * through the mount (chmod, chown, utimens: docs/semantics.md, "Modes,
+ * owners and times"), kept per object version in the metadata cache
+ * (setattr.c sets them).
  */
 #include "core_internal.h"
 
+#include <errno.h>
 #include <string.h>
 #include <time.h>
 
@@ -38,6 +42,15 @@ void core_to_stat(const struct core *core, const char *spath, const struct store
     st->st_blksize = (blksize_t)PREFERRED_IO_SIZE;
     st->st_uid = core->uid;
     st->st_gid = core->gid;
+    const struct store_attrs *a = &s->attrs;
+    if (a->set & STORE_ATTR_MODE) /* the type stays the store's: a file or a directory */
+        st->st_mode = (st->st_mode & S_IFMT) | (a->mode & 07777 & (core->stage ? 07777 : 07555));
+    if (a->set & STORE_ATTR_UID)
+        st->st_uid = (uid_t)a->uid;
+    if (a->set & STORE_ATTR_GID)
+        st->st_gid = (gid_t)a->gid;
+    if (a->set & STORE_ATTR_MTIME)
+        mtime = a->mtime_ns;
     st->st_mtim.tv_sec = (time_t)(mtime / 1000000000);
     st->st_mtim.tv_nsec = (long)(mtime % 1000000000);
     st->st_ctim = st->st_atim = st->st_mtim;
@@ -78,4 +91,30 @@ void core_staged_dir_time(struct core *core, const char *spath, struct store_sta
     if (st->is_dir && meta_find(&core->meta, spath, &err, &known) == META_FRESH && err == 0 &&
         known.mtime_ns > st->mtime_ns)
         st->mtime_ns = known.mtime_ns;
+    if (st->is_dir)
+        meta_get_attrs(&core->meta, spath, st, &st->attrs);
+}
+
+int core_attrs_exact(const struct core *core)
+{
+    return core->cfg.attrs_exact && core->store->ops->get_attrs;
+}
+
+/* The attributes of spath (store answer s) the mount knows: those the
+ * metadata cache keeps for s's version, else with --attrs=exact the
+ * store's (one HEAD per version, then kept). */
+void core_known_attrs(struct core *core, const char *spath, struct store_stat *s)
+{
+    if ((s->attrs.set & STORE_ATTR_READ) || (!s->is_dir && !s->etag[0]))
+        return; /* known, or a staged file (its attributes are staging's) */
+    if (meta_get_attrs(&core->meta, spath, s, &s->attrs) || !core_attrs_exact(core))
+        return;
+    struct store_attrs a;
+    char etag[STORE_ETAG_MAX];
+    if (core->store->ops->get_attrs(core->store, spath, s->is_dir, &a, etag) < 0)
+        return;
+    if (!s->is_dir && strcmp(etag, s->etag) != 0)
+        return; /* another version meanwhile: its attributes are not s's */
+    s->attrs = a;
+    meta_set_attrs(&core->meta, spath, s, &a);
 }

@@ -379,6 +379,7 @@ static void on_publish(void *arg, const char *path, const struct store_stat *st,
     if (path_dir(path, dir, sizeof dir) != 0)
         return;
     core_extend_listings(core, dir);
+    core_dir_published_in(core, dir); /* issue #18 */
     /* A new object is the newest below each directory above it (store.h's
      * rule): they show its time now, not when their listings are next asked. */
     char up[4096];

@@ -35,6 +35,7 @@ struct core_config {
     uint64_t readahead_max;    /* largest readahead window */
     uint32_t kernel_readahead; /* how far the kernel reads past a reader (prefetch.h) */
     int workers;               /* background fetch threads */
+    int attrs_exact;           /* --attrs=exact: attributes from the store, once per version */
     int direct_reads;          /* --direct-reads: CORE_DIRECT_READS_* (files.c) */
     const char *cache_dir;     /* on-disk state (index, staging); NULL = none (read-only) */
     uint64_t disk_cache_size;  /* bytes kept in CACHE_DIR/disk-cache across mounts; 0 = off */
@@ -73,6 +74,16 @@ int core_writable(const struct core *core);
 int core_getattr(struct core *core, const char *path, struct stat *st);
 /* Attributes of an open file (also after it was unlinked). */
 int core_fgetattr(struct core *core, struct core_file *f, struct stat *st);
+
+/* chmod, chown, utimens (issue #18): give the file or directory at path
+ * (or the open file f, if not NULL) a's set attributes, kept with a staged
+ * file until its upload, else stored at once without sending its bytes
+ * (store.h's set_attrs). 0 or a negative errno. */
+int core_setattr(struct core *core, const char *path, struct core_file *f,
+                 const struct store_attrs *a);
+
+/* 1 if listings must not hand the kernel attributes (--attrs=exact). */
+int core_attrs_exact(const struct core *core);
 
 /* Calls fill once per entry of the directory (not "." and ".."); a non-zero
  * return from fill stops the listing. */

@@ -124,6 +124,17 @@ void core_staged_dir_time(struct core *core, const char *spath, struct store_sta
  * the store), ignoring the staging overlay. 0, -ENOENT or another errno. */
 int core_lookup_store(struct core *core, const char *spath, struct store_stat *st);
 
+/* An entry was created, removed or renamed in dir through the mount: a time
+ * set on dir no longer holds (setattr.c). */
+void core_dir_entry_changed(struct core *core, const char *dir);
+
+/* An upload landed in dir: on the local store, put back the time this mount
+ * set on dir (an entry made before it was set is only now renamed in). */
+void core_dir_published_in(struct core *core, const char *dir);
+
+/* Fill in the attributes of spath the mount knows for s's version (attr.c). */
+void core_known_attrs(struct core *core, const char *spath, struct store_stat *s);
+
 /* Attributes of a store path as the mount shows it (overlay first). */
 int core_lookup(struct core *core, const char *spath, struct store_stat *st);
 

@@ -56,8 +56,10 @@ static int check_name(struct core *core, const char *spath)
 static void entry_changed(struct core *core, const char *spath)
 {
     char dir[4096];
-    if (path_dir(spath, dir, sizeof dir) == 0)
+    if (path_dir(spath, dir, sizeof dir) == 0) {
         dirtime_touch(core->dirtimes, dir, wall_ns());
+        core_dir_entry_changed(core, dir); /* issue #18: a time set on dir no longer holds */
+    }
 }
 
 int core_create_file(struct core *core, const char *path, int flags, struct core_file **out)
@@ -102,6 +104,11 @@ int core_open_write(struct core *core, const char *spath, int flags, struct core
         if (rc < 0)
             return rc;
         flags &= ~O_TRUNC;
+        /* Its mode and owner stay those of the object it replaces (issue #18). */
+        core_known_attrs(core, spath, &st);
+        st.attrs.set &= STORE_ATTR_MODE | STORE_ATTR_UID | STORE_ATTR_GID;
+        if (st.attrs.set)
+            stage_set_attrs_wf(core->stage, wf, &st.attrs);
     }
     struct core_file *f;
     int rc = core_file_staged(core, wf, 1, &f);
@@ -401,9 +408,16 @@ static int rename_stored(struct core *core, const char *sfrom, const struct stor
     stage_wait_sweep(core->stage, sto); /* a large copy is a multipart upload to sto */
     int rc = s->ops->copy(s, sfrom, st->etag, st->size, sto, etag);
     if (rc == 0) {
-        struct store_stat ns = *st;
-        memcpy(ns.etag, etag, sizeof ns.etag);
-        meta_put(&core->meta, sto, 0, &ns, 0);
+        /* sto's entry is the store's answer for the copy (size, etag and,
+         * issue #18, the attributes it carried over), not st: st may be an
+         * older answer (a listing's, taken while sfrom was being replaced)
+         * that only the copy's If-Match would catch, which not every store
+         * checks. */
+        struct store_stat ns;
+        if (s->ops->stat(s, sto, &ns) == 0 && !ns.is_dir)
+            meta_put(&core->meta, sto, 0, &ns, 0);
+        else
+            meta_forget(&core->meta, sto);
         rc = s->ops->remove(s, sfrom);
         if (rc == -ENOENT)
             rc = 0;
@@ -419,6 +433,7 @@ int core_rename(struct core *core, const char *from, const char *to, unsigned fl
         return -EROFS;
     const char *sfrom = core_store_path(from), *sto = core_store_path(to);
     struct store_stat sf, stt;
+    int copied = 0; /* sto's entry is already right: a stored file copied there, or staged */
     int rc = core_lookup(core, sfrom, &sf);
     if (rc < 0)
         return rc;
@@ -443,13 +458,22 @@ int core_rename(struct core *core, const char *from, const char *to, unsigned fl
         struct wfile *wf = stage_get(core->stage, sfrom);
         if (wf) {
             stage_put(core->stage, wf);
-            struct store_stat old;
-            int on_store = core_lookup_store(core, sfrom, &old) == 0 && !old.is_dir;
+            /* Forget sto's entry now: its upload may land (and put its entry,
+             * with its attributes) before the rename returns (issue #18). */
+            meta_forget(&core->meta, sto);
+            copied = 1;
             rc = stage_rename(core->stage, sfrom, sto);
-            if (rc == 0 && on_store)
+            /* Whether sfrom is on the store is asked only now: stage_rename
+             * waited for the file's requests in flight, and an upload under
+             * sfrom may have landed (and been published there) before the
+             * rename took the name. Asked before, that object was left
+             * behind under the old name, with the old bytes. */
+            struct store_stat old;
+            if (rc == 0 && core_lookup_store(core, sfrom, &old) == 0 && !old.is_dir)
                 rc = remove_from_store(core, sfrom);
         } else {
             rc = rename_stored(core, sfrom, &sf, sto);
+            copied = !core->store->ops->rename && !is_commit_name(path_base(sto));
         }
     }
     if (rc == 0) {
@@ -461,7 +485,10 @@ int core_rename(struct core *core, const char *from, const char *to, unsigned fl
         entry_changed(core, sfrom);
         entry_changed(core, sto);
         meta_put(&core->meta, sfrom, -ENOENT, NULL, 0);
-        meta_forget(&core->meta, sto);
+        if (!copied)
+            meta_forget(&core->meta, sto);
+        /* else (issue #18) keep what rename_stored put for sto (the copy
+         * carries the attributes: S3's COPY directive), or its upload did */
         char dir[4096];
         if (path_dir(sto, dir, sizeof dir) == 0)
             core_listing_changed(core, dir); /* sto is on the store now, or staged */

@@ -172,6 +172,8 @@ static int listing_put(struct listing *l, const char *name, const struct store_s
     struct store_stat shown = stored;
     if (!s->is_dir && l->child[0])
         core_keep_opened_size(l->core, l->child, &shown);
+    if (l->child[0] && !shown.attrs.set)
+        meta_get_attrs(&l->core->meta, l->child, &shown, &shown.attrs);
     core_to_stat(l->core, l->child, &shown, &st);
     return l->fill(l->arg, name, &st);
 }
@@ -635,15 +637,16 @@ int core_getattr(struct core *core, const char *path, struct stat *st)
     if (!s.is_dir)
         core_keep_opened_size(core, spath, &s);
     fill_dir_time(core, spath, &s, 1);
+    core_known_attrs(core, spath, &s);
     core_to_stat(core, spath, &s, st);
     return 0;
 }
 
 int core_fgetattr(struct core *core, struct core_file *f, struct stat *st)
 {
-    struct store_stat s = {.mtime_ns = (int64_t)time(NULL)};
+    struct store_stat s = {.mtime_ns = (int64_t)time(NULL) * 1000000000};
     if (f->wf)
-        s.size = stage_size(core->stage, f->wf);
+        stage_wf_stat(core->stage, f->wf, &s); /* its size, time and attributes */
     else
         s.size = cache_obj_size(f->obj);
     core_to_stat(core, "", &s, st);

@@ -96,6 +96,15 @@ static struct meta_entry *entry_locked(struct meta_cache *mc, const char *path)
     return e;
 }
 
+/* a and b are the same version of one entry: both directories, or files
+ * of one non-empty etag (issue #18: attributes are kept per version). */
+static int same_version(const struct store_stat *a, const struct store_stat *b)
+{
+    if (a->is_dir || b->is_dir)
+        return a->is_dir && b->is_dir;
+    return a->etag[0] && store_etag_equal(a->etag, b->etag);
+}
+
 /* meta_put's work; only_if_absent: leave an existing entry alone. */
 static void put(struct meta_cache *mc, const char *path, int err, const struct store_stat *st,
                 double listed, int only_if_absent)
@@ -112,6 +121,7 @@ static void put(struct meta_cache *mc, const char *path, int err, const struct s
         pthread_mutex_unlock(&mc->lock);
         return;
     }
+    int existed = e != NULL;
     if (!e) {
         if (mc->count >= META_MAX_ENTRIES) {
             purge_locked(mc, 0);
@@ -136,11 +146,18 @@ static void put(struct meta_cache *mc, const char *path, int err, const struct s
     e->listed = listed;
     e->kept_until = 0;
     e->rent = 0;
+    struct store_attrs kept = {0};
+    if (existed && err == 0 && st && e->err == 0 && same_version(&e->st, st) &&
+        (!st->attrs.set || (e->st.attrs.set & META_ATTRS_SET_HERE) != 0) &&
+        !(st->attrs.set & META_ATTRS_SET_HERE))
+        kept = e->st.attrs; /* an answer without attributes (a listing) keeps them */
     e->err = err;
     if (st)
         e->st = *st;
     else
         memset(&e->st, 0, sizeof e->st);
+    if (kept.set)
+        e->st.attrs = kept;
     pthread_mutex_unlock(&mc->lock);
 }
 
@@ -243,4 +260,28 @@ void meta_add_rent(struct meta_cache *mc, const char *mark, uint64_t cost)
     if (e && e->err == -E2BIG)
         e->rent += cost;
     pthread_mutex_unlock(&mc->lock);
+}
+
+int meta_set_attrs(struct meta_cache *mc, const char *path, const struct store_stat *version,
+                   const struct store_attrs *a)
+{
+    pthread_mutex_lock(&mc->lock);
+    struct meta_entry *e = mc->buckets ? entry_locked(mc, path) : NULL;
+    int done = e && e->err == 0 && same_version(&e->st, version);
+    if (done)
+        e->st.attrs = *a;
+    pthread_mutex_unlock(&mc->lock);
+    return done;
+}
+
+int meta_get_attrs(struct meta_cache *mc, const char *path, const struct store_stat *version,
+                   struct store_attrs *a)
+{
+    pthread_mutex_lock(&mc->lock);
+    struct meta_entry *e = mc->buckets ? entry_locked(mc, path) : NULL;
+    int found = e && e->err == 0 && same_version(&e->st, version) && e->st.attrs.set;
+    if (found)
+        *a = e->st.attrs;
+    pthread_mutex_unlock(&mc->lock);
+    return found;
 }

@@ -66,6 +66,21 @@ enum meta_state meta_get(struct meta_cache *mc, const char *path, struct meta_en
  * META_FRESH, err alone for META_EXPIRED. */
 enum meta_state meta_find(struct meta_cache *mc, const char *path, int *err, struct store_stat *st);
 
+/* Attributes (issue #18) are kept per version: meta_put of an answer
+ * without attributes (a listing's) for the same version (the same etag; a
+ * directory) keeps those the entry has. meta_set_attrs: path's entry, if it
+ * is of version's version, gets attributes a (its expiry and listing stamp
+ * stay); 1 if it did. Attributes marked META_ATTRS_SET_HERE (set through
+ * this mount) stay over any later answer for the same version (the local
+ * store's directory time moves when an upload lands in it; the mount shows
+ * what was set). meta_get_attrs: path's attributes if its entry (fresh
+ * or not) is of version's version and has some; 1 then. */
+#define META_ATTRS_SET_HERE 0x80000000u /* in attrs.set: this mount set them; they stay */
+int meta_set_attrs(struct meta_cache *mc, const char *path, const struct store_stat *version,
+                   const struct store_attrs *a);
+int meta_get_attrs(struct meta_cache *mc, const char *path, const struct store_stat *version,
+                   struct store_attrs *a);
+
 /* Forget path's entry. */
 void meta_forget(struct meta_cache *mc, const char *path);
 

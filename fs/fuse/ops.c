@@ -19,6 +19,8 @@
 #include <sys/statvfs.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 static struct ops_context *ctx(void)
 {
@@ -70,9 +72,14 @@ struct fill_ctx {
     fuse_fill_dir_t filler;
 };
 
+/* With --attrs=exact a listing's attributes (which carry no modes, owners
+ * or times of their own) are not handed to the kernel: it looks each name
+ * up, and the lookup asks the store once per version. */
 static int fill_one(void *arg, const char *name, const struct stat *st)
 {
     struct fill_ctx *fc = arg;
+    if (core_attrs_exact(ctx()->core))
+        return fc->filler(fc->buf, name, st, 0, 0);
     return fc->filler(fc->buf, name, st, 0, FUSE_FILL_DIR_PLUS);
 }
 
@@ -126,13 +133,32 @@ static int op_open(const char *path, struct fuse_file_info *fi)
     return 0;
 }
 
+/* The attributes a new file or directory gets besides the mount's
+ * defaults (0644 files, 0755 directories, the mounting user): its mode (the
+ * kernel applied the umask) and its creator, if they differ. */
+static struct store_attrs creation_attrs(mode_t mode, mode_t def)
+{
+    struct fuse_context *fc = fuse_get_context();
+    struct store_attrs a = {0};
+    if ((mode & 07777) != def)
+        a = (struct store_attrs){.set = STORE_ATTR_MODE, .mode = (uint32_t)mode};
+    if (fc->uid != getuid() || fc->gid != getgid()) {
+        a.set |= STORE_ATTR_UID | STORE_ATTR_GID;
+        a.uid = (uint32_t)fc->uid;
+        a.gid = (uint32_t)fc->gid;
+    }
+    return a;
+}
+
 static int op_create(const char *path, mode_t mode, struct fuse_file_info *fi)
 {
-    (void)mode; /* modes are the mount's: 0644 files, 0755 directories */
     struct core_file *f;
     int rc = core_create_file(ctx()->core, path, fi->flags, &f);
     if (rc < 0)
         return rc;
+    struct store_attrs a = creation_attrs(mode, 0644);
+    if (a.set)
+        core_setattr(ctx()->core, path, f, &a);
     fi->fh = (uint64_t)(uintptr_t)f;
     note_opener(f, fi);
     write_only_direct(fi);
@@ -197,8 +223,31 @@ static int op_unlink(const char *path)
 
 static int op_mkdir(const char *path, mode_t mode)
 {
+    int rc = core_mkdir(ctx()->core, path);
+    struct store_attrs a = creation_attrs(mode, 0755);
+    if (rc == 0 && a.set)
+        rc = core_setattr(ctx()->core, path, NULL, &a);
+    return rc;
+}
+
+/* Special files (mkfifo, mknod of a device or socket) have no place on an
+ * object store: EPERM, as on filesystems that cannot hold them. (A regular
+ * file's mknod never comes here: libfuse makes it with create.) */
+static int op_mknod(const char *path, mode_t mode, dev_t rdev)
+{
+    (void)path;
     (void)mode;
-    return core_mkdir(ctx()->core, path);
+    (void)rdev;
+    return -EPERM;
+}
+
+/* Hard links: an object has one name. EPERM (link(2): "the filesystem
+ * does not support the creation of hard links"). */
+static int op_link(const char *from, const char *to)
+{
+    (void)from;
+    (void)to;
+    return -EPERM;
 }
 
 static int op_rmdir(const char *path)
@@ -211,28 +260,47 @@ static int op_rename(const char *from, const char *to, unsigned int flags)
     return core_rename(ctx()->core, from, to, flags);
 }
 
-/* Modes, owners and times are the mount's: accepted and ignored where the
- * file exists, so tools that set them (cp -p, tar, torch) work. */
+/* Modes, owners and times are stored (docs/semantics.md, "Modes, owners
+ * and times"); the kernel checked who may set them (default_permissions)
+ * or, without it, the owner of the mount is the only one who can reach us. */
+static struct core_file *setattr_handle(struct fuse_file_info *fi)
+{
+    return fi && fi->fh ? handle(fi) : NULL;
+}
+
 static int op_chmod(const char *path, mode_t mode, struct fuse_file_info *fi)
 {
-    (void)mode;
-    struct stat st;
-    return fi && fi->fh ? 0 : core_getattr(ctx()->core, path, &st);
+    struct store_attrs a = {.set = STORE_ATTR_MODE, .mode = (uint32_t)mode};
+    return core_setattr(ctx()->core, path, setattr_handle(fi), &a);
 }
 
 static int op_chown(const char *path, uid_t uid, gid_t gid, struct fuse_file_info *fi)
 {
-    (void)uid;
-    (void)gid;
-    struct stat st;
-    return fi && fi->fh ? 0 : core_getattr(ctx()->core, path, &st);
+    struct store_attrs a = {.uid = (uint32_t)uid, .gid = (uint32_t)gid};
+    if (uid != (uid_t)-1)
+        a.set |= STORE_ATTR_UID;
+    if (gid != (gid_t)-1)
+        a.set |= STORE_ATTR_GID;
+    if (!a.set) {
+        struct stat st;
+        return core_getattr(ctx()->core, path, &st);
+    }
+    return core_setattr(ctx()->core, path, setattr_handle(fi), &a);
 }
 
+/* Only the modification time is kept; the access time is not. */
 static int op_utimens(const char *path, const struct timespec tv[2], struct fuse_file_info *fi)
 {
-    (void)tv;
-    struct stat st;
-    return fi && fi->fh ? 0 : core_getattr(ctx()->core, path, &st);
+    struct timespec m = tv[1];
+    if (m.tv_nsec == UTIME_OMIT) {
+        struct stat st;
+        return fi && fi->fh ? 0 : core_getattr(ctx()->core, path, &st);
+    }
+    if (m.tv_nsec == UTIME_NOW)
+        clock_gettime(CLOCK_REALTIME, &m);
+    struct store_attrs a = {.set = STORE_ATTR_MTIME,
+                            .mtime_ns = (int64_t)m.tv_sec * 1000000000 + m.tv_nsec};
+    return core_setattr(ctx()->core, path, setattr_handle(fi), &a);
 }
 
 static int op_statfs(const char *path, struct statvfs *sv)
@@ -361,6 +429,8 @@ static const struct fuse_operations ckptfs_ops = {
     .mkdir = op_mkdir,
     .rmdir = op_rmdir,
     .rename = op_rename,
+    .mknod = op_mknod,
+    .link = op_link,
     .chmod = op_chmod,
     .chown = op_chown,
     .utimens = op_utimens,

@@ -85,6 +85,16 @@ static int set_direct_reads(struct options *o, const char *v)
     return -1;
 }
 
+static int set_attrs(struct options *o, const char *v)
+{
+    if (strcmp(v, "known") == 0 || strcmp(v, "exact") == 0) {
+        o->core.attrs_exact = strcmp(v, "exact") == 0;
+        return 0;
+    }
+    fprintf(stderr, "ckptfs: bad --attrs '%s' (known or exact)\n", v);
+    return -1;
+}
+
 static int set_retries(struct options *o, const char *v)
 {
     char *end;
@@ -173,6 +183,11 @@ static const struct opt table[] = {
      set_direct_reads, NULL},
     {"attr-timeout", 0, K_SECONDS, F(core.attr_timeout), 0, 1e9, "SEC",
      "how long attributes and listings are trusted (1)", NULL, NULL},
+    {"attrs", 0, K_CUSTOM, 0, 0, 0, "MODE",
+     "known: modes, owners, times the mount learns without extra\n"
+     "requests (default); exact: a HEAD per listed file version on\n"
+     "its first lookup, for shared multi-user mounts (docs/operations.md)",
+     set_attrs, NULL},
 
     {"fsync", 0, K_CUSTOM, 0, 0, 0, "MODE",
      "remote: fsync returns when the file is on the store (default);\n"

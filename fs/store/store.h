@@ -32,11 +32,52 @@
 #define STORE_MIN_PART (5ull << 20) /* S3: every part but the last is at least 5 MiB */
 #define STORE_MAX_PART (5ull << 30) /* S3: largest part, PUT or CopyObject: 5 GiB */
 
+/* ---- attributes: modes, owners, times (issue #18; docs/semantics.md,
+ * "Modes, owners and times"). ----
+ *
+ * An object's or directory's attributes as the store keeps them: on S3 the
+ * s3fs convention of user metadata (x-amz-meta-mode: decimal st_mode with
+ * the file type bits, so a later symlink can be an object with S_IFLNK;
+ * x-amz-meta-uid, -gid: decimal; x-amz-meta-mtime: seconds since the epoch,
+ * with ".NNNNNNNNN" nanoseconds when they are not 0); on the local store the
+ * files' own. `set` says which fields hold a value: an attribute not set
+ * shows the mount's default (0644/0755 files/directories, the mounting
+ * user, the store's time). STORE_ATTR_READ: the answer came from a request
+ * that carries attributes (a HEAD, a local stat), so unset ones are truly
+ * absent, not merely unknown (a listing carries none). */
+#define STORE_ATTR_MODE 1u
+#define STORE_ATTR_UID 2u
+#define STORE_ATTR_GID 4u
+#define STORE_ATTR_MTIME 8u
+#define STORE_ATTR_READ 16u
+struct store_attrs {
+    uint32_t set;  /* STORE_ATTR_* bits */
+    uint32_t mode; /* st_mode, type bits included */
+    uint32_t uid, gid;
+    int64_t mtime_ns; /* nanoseconds since the epoch */
+};
+
+/* The S3 metadata header names (without "x-amz-meta-"), and their values. */
+#define STORE_ATTR_HDR_MAX 4 /* headers store_attrs_headers writes at most */
+#define STORE_ATTR_VALUE_MAX 32
+
+/* The x-amz-meta-* headers for a's set fields: names[i] (static strings,
+ * full header names) and values[i] (written into vals). Returns the count. */
+int store_attrs_headers(const struct store_attrs *a, const char *names[STORE_ATTR_HDR_MAX],
+                        char vals[STORE_ATTR_HDR_MAX][STORE_ATTR_VALUE_MAX]);
+
+/* One response header (name of nlen bytes, any case; value of vlen bytes,
+ * trimmed): if it is one of the attribute headers with a well-formed value,
+ * fill that field of a and set its bit; 1 then, else 0. */
+int store_attrs_parse_header(struct store_attrs *a, const char *name, size_t nlen,
+                             const char *value, size_t vlen);
+
 struct store_stat {
     uint64_t size;             /* object size in bytes (0 for directories) */
     int64_t mtime_ns;          /* nanoseconds since the epoch, 0 if unknown (see below) */
     int is_dir;                /* 1 for a directory (a common prefix on S3) */
     char etag[STORE_ETAG_MAX]; /* opaque version tag, "" if the backend has none */
+    struct store_attrs attrs;  /* what the answer said of modes, owners, times */
 };
 
 /* A directory's time on a store of keys (S3), where a prefix has none of its
@@ -205,6 +246,33 @@ struct store_ops {
      * -ENAMETOOLONG / -EINVAL for a name the store cannot hold, so creates
      * and renames fail at once instead of every upload later. */
     int (*check_name)(struct store *s, const char *path);
+
+    /* ---- attributes (issue #18; see struct store_attrs) ---- */
+
+    /* Optional (NULL: put() and mpu_begin() without attributes, then
+     * set_attrs() once the object is there): put() / mpu_begin() storing a's
+     * set attributes with the new object (a may be NULL: none). */
+    int (*put_attrs)(struct store *s, const char *path, int fd, uint64_t len,
+                     const struct store_attrs *a, char etag[STORE_ETAG_MAX]);
+    int (*mpu_begin_attrs)(struct store *s, const char *path, const struct store_attrs *a,
+                           char upload_id[STORE_UPLOAD_ID_MAX]);
+
+    /* Optional (NULL: attributes are not kept): give the object (size bytes,
+     * version etag if non-empty, else -ESTALE) or directory at path the
+     * attributes a (its set fields replace all earlier ones) without
+     * sending its bytes again: S3 copies the object onto itself with
+     * x-amz-metadata-directive: REPLACE (a multipart copy past 5 GiB), and
+     * a directory's "dir/" marker is written; the local store calls chmod,
+     * chown, utimensat. etag_out gets the new version's tag (may be ""). */
+    int (*set_attrs)(struct store *s, const char *path, int is_dir, const char *etag, uint64_t size,
+                     const struct store_attrs *a, char etag_out[STORE_ETAG_MAX]);
+
+    /* Optional (NULL: stat() already reports them): the attributes of the
+     * object or directory (is_dir) at path in *a, with STORE_ATTR_READ:
+     * one HEAD on S3 (of the "dir/" marker for a directory; none there: no
+     * attributes). etag gets the object's version tag. */
+    int (*get_attrs)(struct store *s, const char *path, int is_dir, struct store_attrs *a,
+                     char etag[STORE_ETAG_MAX]);
 
     /* The longest name of one path component (statfs's f_namemax); 0: 1024. */
     unsigned name_max;

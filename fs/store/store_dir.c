@@ -131,6 +131,14 @@ static void fill_stat(const struct stat *sb, struct store_stat *st)
         snprintf(st->etag, sizeof st->etag, "%" PRIx64 "-%" PRIx64 ".%09ld-%" PRIx64,
                  (uint64_t)sb->st_size, (uint64_t)sb->st_mtim.tv_sec, sb->st_mtim.tv_nsec,
                  (uint64_t)sb->st_ino);
+    /* The file's own attributes (issue #18): what chmod, chown, utimensat
+     * gave it through the mount or on the local disk. */
+    st->attrs = (struct store_attrs){.set = STORE_ATTR_READ | STORE_ATTR_MODE | STORE_ATTR_UID |
+                                            STORE_ATTR_GID | STORE_ATTR_MTIME,
+                                     .mode = (uint32_t)sb->st_mode,
+                                     .uid = (uint32_t)sb->st_uid,
+                                     .gid = (uint32_t)sb->st_gid,
+                                     .mtime_ns = st->mtime_ns};
 }
 
 void store_dir_stat_of(const struct stat *sb, struct store_stat *st)
@@ -744,7 +752,53 @@ static int dir_check_name(struct store *s, const char *path)
     return check_target(path);
 }
 
+/* set_attrs: chmod, chown, utimensat of the file or directory (issue #18). */
+static int dir_set_attrs(struct store *s, const char *path, int is_dir, const char *etag,
+                         uint64_t size, const struct store_attrs *a, char etag_out[STORE_ETAG_MAX])
+{
+    (void)is_dir;
+    (void)size;
+    etag_out[0] = '\0';
+    if ((!path_ok(path) && *path) || hidden(path))
+        return -EINVAL;
+    int fd = openat(to_dir(s)->root_fd, rel(path), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0)
+        return -errno;
+    struct stat sb;
+    struct store_stat st;
+    int rc = fstat(fd, &sb) < 0 ? -errno : 0;
+    if (rc == 0 && !S_ISDIR(sb.st_mode) && etag && *etag) {
+        fill_stat(&sb, &st);
+        if (strcmp(etag, st.etag) != 0)
+            rc = -ESTALE;
+    }
+    if (rc == 0 && (a->set & (STORE_ATTR_UID | STORE_ATTR_GID)) &&
+        fchown(fd, a->set & STORE_ATTR_UID ? (uid_t)a->uid : (uid_t)-1,
+               a->set & STORE_ATTR_GID ? (gid_t)a->gid : (gid_t)-1) < 0)
+        rc = -errno;
+    if (rc == 0 && (a->set & STORE_ATTR_MODE) && fchmod(fd, (mode_t)(a->mode & 07777)) < 0)
+        rc = -errno;
+    if (rc == 0 && (a->set & STORE_ATTR_MTIME)) {
+        struct timespec t[2] = {{.tv_nsec = UTIME_OMIT},
+                                {.tv_sec = (time_t)(a->mtime_ns / 1000000000),
+                                 .tv_nsec = (long)(a->mtime_ns % 1000000000)}};
+        if (t[1].tv_nsec < 0) {
+            t[1].tv_sec--;
+            t[1].tv_nsec += 1000000000;
+        }
+        if (futimens(fd, t) < 0)
+            rc = -errno;
+    }
+    if (rc == 0 && fstat(fd, &sb) == 0 && !S_ISDIR(sb.st_mode)) {
+        fill_stat(&sb, &st);
+        memcpy(etag_out, st.etag, STORE_ETAG_MAX);
+    }
+    close(fd);
+    return result(s, rc);
+}
+
 static const struct store_ops dir_ops = {
+    .set_attrs = dir_set_attrs,
     .scheme = "dir",
     .stat = dir_stat,
     .list = dir_list,

@@ -139,7 +139,9 @@ static int wait_published(struct stage *st, struct wfile *wf, uint64_t v, const 
     upload_kick(st, wf);
     wfile_waiter_enter(st);
     int rc = 0;
-    while (!(wf->synced_version >= v && !wf->unlinked)) {
+    /* Published: that version landed, and its landing is done (it may still
+     * be giving the object attributes set meanwhile, upload.c). */
+    while (!(wf->synced_version >= v && !wf->unlinked && !wf->attrs_landings)) {
         if (wf->unlinked)
             break; /* removed meanwhile: nothing left to wait for */
         if ((wf->commit == WFILE_COMMIT_BLOCKED && wf->commit_version == wf->version) ||
@@ -467,6 +469,7 @@ void stage_write_end(struct stage *st, struct wfile *wf, uint64_t off, size_t le
         wf->parts[p - 1].gen++;
     }
     wf->mtime_ns = wall_ns();
+    wf->attrs.set &= ~STORE_ATTR_MTIME; /* changed since its time was set */
     if (written > 0) {
         st->stats.write_bytes += (uint64_t)written;
         wfile_note_write(st, (uint64_t)written);
@@ -523,6 +526,7 @@ int stage_truncate(struct stage *st, struct wfile *wf, uint64_t size)
         wf->size = size;
         wf->version++;
         wf->mtime_ns = wall_ns();
+        wf->attrs.set &= ~STORE_ATTR_MTIME;
         if (wf->sealed_in_journal)
             unseal_record(st, wf);
         if (wf->writers == 0) /* truncate(2) without an open file is complete in itself */
@@ -697,7 +701,8 @@ int stage_sync(struct stage *st, const char *dir)
     size_t n = 0, cap = 0;
     int rc = 0;
     for (struct wfile *wf = st->files; wf; wf = wf->next) {
-        if (wf->unlinked || wfile_clean(wf) || !path_at_or_below(wf->path, dir))
+        if (wf->unlinked || (wfile_clean(wf) && !wf->attrs_landings) ||
+            !path_at_or_below(wf->path, dir))
             continue;
         if (n == cap) {
             cap = cap ? 2 * cap : 64;
@@ -727,8 +732,8 @@ int stage_sync(struct stage *st, const char *dir)
         uint64_t bytes = 0;
         for (size_t i = 0; i < n; i++) {
             struct wfile *wf = t[i].wf;
-            if (wf->unlinked || wf->synced_version >= t[i].version)
-                continue;
+            if (wf->unlinked || (wf->synced_version >= t[i].version && !wf->attrs_landings))
+                continue; /* landed, attributes set meanwhile too */
             if ((wf->attempts > t[i].attempts && wf->error) ||
                 (wf->commit == WFILE_COMMIT_BLOCKED && wf->commit_version == wf->version)) {
                 failed++;

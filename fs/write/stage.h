@@ -171,6 +171,20 @@ void stage_abandon(struct stage *st);
  * nothing of it. */
 int stage_stat(struct stage *st, const char *path, struct store_stat *out);
 
+/* Give the staged file at path the attributes of a's set fields (merged
+ * with those set before; STORE_ATTR_MTIME also sets its time); they go to
+ * the store with its upload, or right after it if it is in flight. 1 if an
+ * upload of path is to come or in flight (it takes them); 0 if path is not
+ * staged or all of it is on the store already: the caller sets them there. */
+int stage_set_attrs(struct stage *st, const char *path, const struct store_attrs *a);
+
+/* What stage_stat reports of the staged file wf (an open handle's): 0. */
+int stage_wf_stat(struct stage *st, struct wfile *wf, struct store_stat *out);
+
+/* The same for the staged file wf (an open handle's; 1 also while it is
+ * open for writing, as its close uploads it, or unlinked). */
+int stage_set_attrs_wf(struct stage *st, struct wfile *wf, const struct store_attrs *a);
+
 /* Call fn for every staged file, and every directory holding staged files,
  * directly in dir (fn as in store_list). Returns how many it reported. */
 int stage_list(struct stage *st, const char *dir, store_list_fn fn, void *arg);

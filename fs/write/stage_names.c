@@ -110,6 +110,7 @@ int stage_stat(struct stage *st, const char *path, struct store_stat *out)
     if (wf) {
         out->size = wf->size;
         out->mtime_ns = wf->mtime_ns;
+        out->attrs = wf->attrs;
         found = 1;
     } else if (*path) { /* a directory holding staged files: of the newest's time */
         for (struct wfile *w = st->files; w; w = w->next)
@@ -167,6 +168,65 @@ static int name_seen(struct name_set *s, const char *name)
     if (s->names[s->n])
         s->n++;
     return 0;
+}
+
+int stage_wf_stat(struct stage *st, struct wfile *wf, struct store_stat *out)
+{
+    memset(out, 0, sizeof *out);
+    pthread_mutex_lock(&st->lock);
+    out->size = wf->size;
+    out->mtime_ns = wf->mtime_ns;
+    out->attrs = wf->attrs;
+    pthread_mutex_unlock(&st->lock);
+    return 0;
+}
+
+/* Merge a into wf's attributes (lock held). */
+static void merge_attrs_locked(struct wfile *wf, const struct store_attrs *a)
+{
+    uint32_t bits = a->set & (STORE_ATTR_MODE | STORE_ATTR_UID | STORE_ATTR_GID | STORE_ATTR_MTIME);
+    if (bits & STORE_ATTR_MODE)
+        wf->attrs.mode = a->mode;
+    if (bits & STORE_ATTR_UID)
+        wf->attrs.uid = a->uid;
+    if (bits & STORE_ATTR_GID)
+        wf->attrs.gid = a->gid;
+    if (bits & STORE_ATTR_MTIME) {
+        wf->attrs.mtime_ns = a->mtime_ns;
+        wf->mtime_ns = a->mtime_ns;
+    }
+    wf->attrs.set |= bits;
+    wf->attrs_gen++;
+}
+
+/* Will wf's attributes reach the store with an upload: one to come or in
+ * flight (it takes them when it lands), or a landing not yet done (it checks
+ * for attributes set meanwhile until it ends, upload.c's landed())? Not
+ * merely jobs in flight: a job that landed is still in flight until its
+ * worker is done, past its last check. (Lock held.) */
+static int upload_pending_locked(const struct wfile *wf)
+{
+    return wf->synced_version < wf->version || wf->attrs_landings > 0;
+}
+
+int stage_set_attrs(struct stage *st, const char *path, const struct store_attrs *a)
+{
+    pthread_mutex_lock(&st->lock);
+    struct wfile *wf = wfile_find(st, path);
+    int pending = wf && upload_pending_locked(wf);
+    if (wf)
+        merge_attrs_locked(wf, a);
+    pthread_mutex_unlock(&st->lock);
+    return pending;
+}
+
+int stage_set_attrs_wf(struct stage *st, struct wfile *wf, const struct store_attrs *a)
+{
+    pthread_mutex_lock(&st->lock);
+    int pending = upload_pending_locked(wf) || wf->writers > 0 || wf->unlinked;
+    merge_attrs_locked(wf, a);
+    pthread_mutex_unlock(&st->lock);
+    return pending;
 }
 
 int stage_list(struct stage *st, const char *dir, store_list_fn fn, void *arg)

@@ -68,7 +68,9 @@ struct job {
     uint64_t part_gen;
     struct store_part *parts; /* COMPLETE */
     size_t nparts;
-    int sweep_after; /* COMPLETE: sweep the key once done (a begin's answer was lost) */
+    int sweep_after;          /* COMPLETE: sweep the key once done (a begin's answer was lost) */
+    struct store_attrs attrs; /* PUT, BEGIN: the file's attributes, sent with it */
+    uint64_t attrs_gen;       /* PUT, BEGIN, COMPLETE: their change count the object has */
 };
 
 static void job_free(struct job *j)
@@ -104,6 +106,8 @@ static struct job *job_new(struct wfile *wf, enum job_kind kind, const char *key
         return NULL;
     j->wf = wf;
     j->kind = kind;
+    j->attrs = wf->attrs;
+    j->attrs_gen = kind == JOB_COMPLETE ? wf->mpu_attrs_gen : wf->attrs_gen;
     j->key = strdup(key);
     if (!j->key) {
         free(j);
@@ -386,6 +390,37 @@ static void succeeded(struct wfile *wf)
     wf->retry_at = 0;
 }
 
+/* Give the object that landed (ns, under j->key) the attributes set since
+ * *gen (their change count it has; first: the landing itself, where a store
+ * that cannot send them with an upload gets them all now) with a
+ * metadata-only copy (S3), and put in ns the attributes the object has;
+ * *gen becomes the count it has now. Lock held on entry and exit; dropped
+ * for the request. */
+static void fix_attrs(struct stage *st, struct job *j, struct store_stat *ns, uint64_t *gen,
+                      int first)
+{
+    struct wfile *wf = j->wf;
+    struct store *s = st->store;
+    struct store_attrs a = wf->attrs, had = ns->attrs;
+    int stale = wf->attrs_gen != *gen || (first && !s->ops->put_attrs);
+    *gen = wf->attrs_gen;
+    ns->attrs = a;
+    if (a.set & STORE_ATTR_MTIME)
+        ns->mtime_ns = a.mtime_ns;
+    if (!a.set || !s->ops->set_attrs || !stale)
+        return;
+    pthread_mutex_unlock(&st->lock);
+    char etag[STORE_ETAG_MAX];
+    int rc = s->ops->set_attrs(s, j->key, 0, ns->etag, j->size, &a, etag);
+    pthread_mutex_lock(&st->lock);
+    if (rc < 0) {
+        log_warn("upload: cannot set the attributes of %s: %s", j->key, strerror(-rc));
+        ns->attrs = had;
+    } else if (etag[0]) {
+        memcpy(ns->etag, etag, STORE_ETAG_MAX);
+    }
+}
+
 /* The object landed under j->key: either that is still the file's name (the
  * version is published) or the file moved on (renamed, unlinked): then the
  * landing is removed, unless a newer staged file now owns that name. Lock
@@ -409,18 +444,33 @@ static void landed(struct stage *st, struct job *j, const char *etag)
             st->stats.commits++;
         else
             commit_wake(st, wf->path);
-        struct store_stat ns = {.size = j->size, .mtime_ns = wall_ns()};
+        struct store_stat ns = {.size = j->size, .mtime_ns = wall_ns(), .attrs = j->attrs};
         snprintf(ns.etag, sizeof ns.etag, "%s", etag);
         char *path = strdup(wf->path);
         struct stage_commit_snapshot *snap = wf->is_commit && st->cfg.on_publish
                                                  ? commit_snapshot(st, wf, j->version, j->size)
                                                  : NULL;
-        pthread_mutex_unlock(&st->lock);
-        if (path && st->cfg.on_publish)
-            st->cfg.on_publish(st->cfg.on_publish_arg, path, &ns, snap);
+        /* Attributes set from here until the landing is done are this
+         * landing's to send (stage_set_attrs counts on it): it checks for
+         * them under the lock, last after the publish, and only then stops
+         * being a landing. */
+        wf->attrs_landings++;
+        uint64_t gen = j->attrs_gen;
+        for (int first = 1;; first = 0) {
+            fix_attrs(st, j, &ns, &gen, first);
+            pthread_mutex_unlock(&st->lock);
+            if (path && st->cfg.on_publish)
+                st->cfg.on_publish(st->cfg.on_publish_arg, path, &ns, snap);
+            commit_snapshot_free(snap);
+            snap = NULL;
+            pthread_mutex_lock(&st->lock);
+            /* Renamed or unlinked meanwhile: a new upload (or none) takes them. */
+            if (gen == wf->attrs_gen || wf->unlinked || !path || strcmp(wf->path, path) != 0)
+                break;
+        }
+        assert(wf->attrs_landings > 0);
+        wf->attrs_landings--;
         free(path);
-        commit_snapshot_free(snap);
-        pthread_mutex_lock(&st->lock);
         return;
     }
     int owned = wfile_find(st, j->key) != NULL;
@@ -515,11 +565,15 @@ static void begin_before(struct stage *st, struct job *j)
 
 static int put_send(struct store *s, struct job *j, struct job_answer *a)
 {
+    if (s->ops->put_attrs && j->attrs.set)
+        return s->ops->put_attrs(s, j->key, j->wf->fd, j->size, &j->attrs, a->etag);
     return s->ops->put(s, j->key, j->wf->fd, j->size, a->etag);
 }
 
 static int begin_send(struct store *s, struct job *j, struct job_answer *a)
 {
+    if (s->ops->mpu_begin_attrs && j->attrs.set)
+        return s->ops->mpu_begin_attrs(s, j->key, &j->attrs, a->upload_id);
     return s->ops->mpu_begin(s, j->key, a->upload_id);
 }
 
@@ -561,6 +615,7 @@ static void begin_answer(struct stage *st, struct job *j, int rc, int stopping,
     }
     if (rc == 0 && (wf->upload_id = strdup(a->upload_id)) != NULL) {
         wf->mpu = WFILE_MPU_ACTIVE;
+        wf->mpu_attrs_gen = j->attrs_gen;
         if (!wf->unlinked)
             wfile_journal(st, wf);
         return;

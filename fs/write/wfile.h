@@ -97,6 +97,14 @@ struct wfile {
     char *path;                /* current store path */
     uint64_t size;
     int64_t mtime_ns; /* nanoseconds since the epoch of the last change */
+    /* Attributes set through the mount (chmod, chown, utimens; issue #18),
+     * sent with the upload. attrs_gen counts changes; mpu_attrs_gen is the
+     * one the current multipart upload was begun with. A write clears
+     * STORE_ATTR_MTIME (the file changed after the time was set). Not in
+     * the journal: a crash before the upload loses them (semantics.md). */
+    struct store_attrs attrs;
+    uint64_t attrs_gen, mpu_attrs_gen;
+    int attrs_landings; /* landings under way that still send attributes set now (upload.c) */
     struct extents written;
     int writers; /* writable handles open */
     int refs;    /* handles, jobs and waiters holding the pointer */

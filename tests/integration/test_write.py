@@ -326,7 +326,8 @@ def test_unlink_during_upload_aborts_it(wstore, mounter):
 
 
 def test_directories_mkdir_rmdir_and_modes(wstore, mounter):
-    """§5: mkdir/rmdir; modes 0644/0755; chmod and utime are accepted no-ops."""
+    """§5: mkdir/rmdir; default modes 0644/0755; chmod and utime succeed (what they
+    store: test_attrs.py, §13)."""
     mnt = mounter(wstore)
     os.mkdir(mnt.p("newdir"))
     st = os.stat(mnt.p("newdir"))

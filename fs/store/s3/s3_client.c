@@ -202,6 +202,7 @@ static void response_reset_headers(struct s3_response *rs)
     rs->has_range = 0;
     rs->etag[0] = rs->request_id[0] = rs->bucket_region[0] = '\0';
     rs->last_modified = 0;
+    memset(&rs->attrs, 0, sizeof rs->attrs);
 }
 
 /* One header: name (len nlen) and trimmed value (len vlen). */
@@ -228,6 +229,8 @@ static void on_header_field(struct s3_response *rs, const char *name, size_t nle
         copy_header_value(rs->request_id, sizeof rs->request_id, v, vlen);
     } else if (IS("x-amz-bucket-region")) {
         copy_header_value(rs->bucket_region, sizeof rs->bucket_region, v, vlen);
+    } else if (nlen > 11 && strncasecmp(name, "x-amz-meta-", 11) == 0) {
+        store_attrs_parse_header(&rs->attrs, name, nlen, v, vlen);
     }
 #undef IS
 }

@@ -129,7 +129,8 @@ struct s3_response {
     int64_t last_modified;
     char request_id[128];
     char bucket_region[64];
-    char *body; /* 2xx body: the caller's sink, or malloc'ed */
+    struct store_attrs attrs; /* x-amz-meta-mode/uid/gid/mtime (store.h), without READ */
+    char *body;               /* 2xx body: the caller's sink, or malloc'ed */
     size_t body_len, body_cap;
     int body_fixed;
     /* sink[0, sink_final) was handed out as final by on_body: kept across

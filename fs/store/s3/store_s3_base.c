@@ -47,6 +47,8 @@ static int head_answer(const struct s3_request *rq, struct s3_response *rs)
     st->size = rs->content_length > 0 ? (uint64_t)rs->content_length : 0;
     st->mtime_ns = rs->last_modified * 1000000000;
     memcpy(st->etag, rs->etag, sizeof st->etag);
+    st->attrs = rs->attrs;
+    st->attrs.set |= STORE_ATTR_READ;
     return 0;
 }
 

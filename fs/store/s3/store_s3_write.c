@@ -61,6 +61,22 @@ static char *copy_source(const struct s3_store *s, const char *key)
     return src;
 }
 
+/* The x-amz-meta-* headers of attributes (store.h), as request headers. */
+struct attr_headers {
+    const char *names[STORE_ATTR_HDR_MAX];
+    char vals[STORE_ATTR_HDR_MAX][STORE_ATTR_VALUE_MAX];
+};
+
+/* Append a's headers to h[n..] (room for STORE_ATTR_HDR_MAX); the new count. */
+static size_t add_attr_headers(const struct store_attrs *a, struct attr_headers *ah,
+                               struct sigv4_pair *h, size_t n)
+{
+    int k = store_attrs_headers(a, ah->names, ah->vals);
+    for (int i = 0; i < k; i++)
+        h[n++] = (struct sigv4_pair){ah->names[i], ah->vals[i]};
+    return n;
+}
+
 /* ---- put ---------------------------------------------------------------- */
 
 /* What a PutObject answer is read into. */
@@ -82,6 +98,12 @@ static int written_answer(const struct s3_request *rq, struct s3_response *rs)
 int s3_store_put(struct store *base, const char *path, int fd, uint64_t len,
                  char etag[STORE_ETAG_MAX])
 {
+    return s3_store_put_attrs(base, path, fd, len, NULL, etag);
+}
+
+int s3_store_put_attrs(struct store *base, const char *path, int fd, uint64_t len,
+                       const struct store_attrs *a, char etag[STORE_ETAG_MAX])
+{
     struct s3_store *s = (struct s3_store *)base;
     etag[0] = '\0';
     if (!*path)
@@ -92,9 +114,14 @@ int s3_store_put(struct store *base, const char *path, int fd, uint64_t len,
     if (!key)
         return -ENOMEM;
     struct written w = {s, key, len, etag};
+    struct attr_headers ah;
+    struct sigv4_pair h[STORE_ATTR_HDR_MAX];
+    size_t nh = add_attr_headers(a, &ah, h, 0);
     struct s3_request rq = {.what = "PUT",
                             .method = "PUT",
                             .key = key,
+                            .headers = h,
+                            .nheaders = nh,
                             .body = {.kind = S3_BODY_FD, .fd = fd, .offset = 0, .len = len},
                             .max_retries = s->max_retries,
                             .counter = &s->base.counters.put_requests,
@@ -126,15 +153,21 @@ static int begun_answer(const struct s3_request *rq, struct s3_response *rs)
 /* CreateMultipartUpload of key: its id into upload_id. 0, 1 when the
  * request was retried (an earlier attempt may have begun another upload), or
  * -errno. */
-static int begin_upload(struct s3_store *s, const char *key, char upload_id[STORE_UPLOAD_ID_MAX])
+static int begin_upload(struct s3_store *s, const char *key, const struct store_attrs *a,
+                        char upload_id[STORE_UPLOAD_ID_MAX])
 {
     struct sigv4_pair q[] = {{"uploads", ""}};
     struct begun b = {s->client, upload_id};
+    struct attr_headers ah;
+    struct sigv4_pair h[STORE_ATTR_HDR_MAX];
+    size_t nh = add_attr_headers(a, &ah, h, 0);
     struct s3_request rq = {.what = "CREATE-MPU",
                             .method = "POST",
                             .key = key,
                             .query = q,
                             .nquery = 1,
+                            .headers = h,
+                            .nheaders = nh,
                             .max_retries = s->max_retries,
                             .counter = &s->base.counters.mpu_begin_requests,
                             .read_answer = begun_answer,
@@ -144,6 +177,12 @@ static int begin_upload(struct s3_store *s, const char *key, char upload_id[STOR
 
 int s3_store_mpu_begin(struct store *base, const char *path, char upload_id[STORE_UPLOAD_ID_MAX])
 {
+    return s3_store_mpu_begin_attrs(base, path, NULL, upload_id);
+}
+
+int s3_store_mpu_begin_attrs(struct store *base, const char *path, const struct store_attrs *a,
+                             char upload_id[STORE_UPLOAD_ID_MAX])
+{
     struct s3_store *s = (struct s3_store *)base;
     upload_id[0] = '\0';
     if (!*path)
@@ -151,7 +190,7 @@ int s3_store_mpu_begin(struct store *base, const char *path, char upload_id[STOR
     char *key = s3_store_key(s, path);
     if (!key)
         return -ENOMEM;
-    int rc = begin_upload(s, key, upload_id);
+    int rc = begin_upload(s, key, a, upload_id);
     free(key);
     return rc;
 }
@@ -560,19 +599,30 @@ static int copied_answer(const struct s3_request *rq, struct s3_response *rs)
 }
 
 /* CopyObject from_key (etag if non-empty) to to_key. */
+/* With a non-NULL a, the copy's metadata is a's (x-amz-metadata-directive:
+ * REPLACE); else the source's (the default directive, COPY). */
 static int copy_object(struct s3_store *s, const char *from_key, const char *etag,
-                       const char *to_key, char etag_out[STORE_ETAG_MAX])
+                       const char *to_key, const struct store_attrs *a,
+                       char etag_out[STORE_ETAG_MAX])
 {
     char *src = copy_source(s, from_key);
     if (!src)
         return -ENOMEM;
-    struct sigv4_pair h[] = {{"x-amz-copy-source", src}, {"x-amz-copy-source-if-match", etag}};
+    struct sigv4_pair h[3 + STORE_ATTR_HDR_MAX] = {{"x-amz-copy-source", src}};
+    size_t nh = 1;
+    if (etag && *etag)
+        h[nh++] = (struct sigv4_pair){"x-amz-copy-source-if-match", etag};
+    struct attr_headers ah;
+    if (a) {
+        h[nh++] = (struct sigv4_pair){"x-amz-metadata-directive", "REPLACE"};
+        nh = add_attr_headers(a, &ah, h, nh);
+    }
     struct written copied = {s, to_key, 0, etag_out};
     struct s3_request rq = {.what = "COPY",
                             .method = "PUT",
                             .key = to_key,
                             .headers = h,
-                            .nheaders = etag && *etag ? 2 : 1,
+                            .nheaders = nh,
                             .error_in_200 = 1,
                             .max_retries = s->max_retries,
                             .counter = &s->base.counters.copy_requests,
@@ -635,9 +685,21 @@ static struct store_part *cut_parts(uint64_t size, uint64_t part_size, size_t *n
     return parts;
 }
 
+static int copy_multipart_attrs(struct s3_store *s, const char *from_key, const char *etag,
+                                uint64_t size, const char *to_key, uint64_t part_size,
+                                const struct store_attrs *a, char etag_out[STORE_ETAG_MAX]);
+
 int s3_store_copy_multipart(struct s3_store *s, const char *from_key, const char *etag,
                             uint64_t size, const char *to_key, uint64_t part_size,
                             char etag_out[STORE_ETAG_MAX])
+{
+    return copy_multipart_attrs(s, from_key, etag, size, to_key, part_size, NULL, etag_out);
+}
+
+/* s3_store_copy_multipart; the new object gets attributes a (NULL: none). */
+static int copy_multipart_attrs(struct s3_store *s, const char *from_key, const char *etag,
+                                uint64_t size, const char *to_key, uint64_t part_size,
+                                const struct store_attrs *a, char etag_out[STORE_ETAG_MAX])
 {
     etag_out[0] = '\0';
     if (size == 0 || part_size == 0 || part_size > STORE_MAX_PART ||
@@ -663,7 +725,7 @@ int s3_store_copy_multipart(struct s3_store *s, const char *from_key, const char
     size_t n;
     struct store_part *parts = src ? cut_parts(size, part_size, &n) : NULL;
     char upload_id[STORE_UPLOAD_ID_MAX];
-    int rc = parts ? begin_upload(s, to_key, upload_id) : -ENOMEM;
+    int rc = parts ? begin_upload(s, to_key, a, upload_id) : -ENOMEM;
     if (rc > 0)
         rc = 0; /* a retried begin's stray upload: see design.md's known gaps */
     if (rc == 0) {
@@ -699,7 +761,7 @@ int s3_store_copy(struct store *base, const char *from, const char *etag, uint64
         if (rc == 0)
             copy_etag(etag_out, st.etag);
     } else if (rc == 0 && size <= STORE_MAX_PART) {
-        rc = copy_object(s, from_key, etag, to_key, etag_out);
+        rc = copy_object(s, from_key, etag, to_key, NULL, etag_out);
     } else if (rc == 0) {
         uint64_t part = s3_copy_part_size(size);
         rc = part ? s3_store_copy_multipart(s, from_key, etag, size, to_key, part, etag_out)
@@ -707,6 +769,69 @@ int s3_store_copy(struct store *base, const char *from, const char *etag, uint64
     }
     free(from_key);
     free(to_key);
+    return rc;
+}
+
+/* ---- attributes (issue #18) --------------------------------------------- */
+
+/* PUT an empty "dir/" marker, with attributes a (NULL: none). */
+static int put_marker(struct s3_store *s, const char *prefix, const struct store_attrs *a)
+{
+    struct attr_headers ah;
+    struct sigv4_pair h[STORE_ATTR_HDR_MAX];
+    size_t nh = add_attr_headers(a, &ah, h, 0);
+    struct s3_request rq = {.what = "PUT",
+                            .method = "PUT",
+                            .key = prefix,
+                            .headers = h,
+                            .nheaders = nh,
+                            .max_retries = s->max_retries,
+                            .counter = &s->base.counters.put_requests};
+    return s3_client_call(s->client, &rq);
+}
+
+int s3_store_set_attrs(struct store *base, const char *path, int is_dir, const char *etag,
+                       uint64_t size, const struct store_attrs *a, char etag_out[STORE_ETAG_MAX])
+{
+    struct s3_store *s = (struct s3_store *)base;
+    etag_out[0] = '\0';
+    if (!*path)
+        return 0; /* the bucket's root has no object to hold them */
+    char *key = is_dir ? s3_store_dir_prefix(s, path) : s3_store_key(s, path);
+    if (!key)
+        return -ENOMEM;
+    int rc;
+    if (is_dir) {
+        rc = put_marker(s, key, a);
+    } else if (size <= STORE_MAX_PART) {
+        rc = copy_object(s, key, etag, key, a, etag_out);
+    } else {
+        uint64_t part = s3_copy_part_size(size);
+        rc = part ? copy_multipart_attrs(s, key, etag, size, key, part, a, etag_out) : -EFBIG;
+    }
+    free(key);
+    return rc;
+}
+
+int s3_store_get_attrs(struct store *base, const char *path, int is_dir, struct store_attrs *a,
+                       char etag[STORE_ETAG_MAX])
+{
+    struct s3_store *s = (struct s3_store *)base;
+    memset(a, 0, sizeof *a);
+    etag[0] = '\0';
+    char *key = is_dir ? s3_store_dir_prefix(s, path) : s3_store_key(s, path);
+    if (!key)
+        return -ENOMEM;
+    struct store_stat st;
+    int rc = *key ? s3_store_head(s, key, &st) : -ENOENT;
+    free(key);
+    if (rc == 0) {
+        *a = st.attrs;
+        memcpy(etag, st.etag, STORE_ETAG_MAX);
+    } else if (rc == -ENOENT && (is_dir || !*path)) {
+        rc = 0; /* a directory without a marker: no attributes */
+    }
+    a->set |= STORE_ATTR_READ;
     return rc;
 }
 

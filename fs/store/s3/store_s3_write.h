@@ -17,6 +17,15 @@
 int s3_store_put(struct store *s, const char *path, int fd, uint64_t len,
                  char etag[STORE_ETAG_MAX]);
 int s3_store_mpu_begin(struct store *s, const char *path, char upload_id[STORE_UPLOAD_ID_MAX]);
+/* Attributes (store.h's put_attrs, mpu_begin_attrs, set_attrs, get_attrs). */
+int s3_store_put_attrs(struct store *s, const char *path, int fd, uint64_t len,
+                       const struct store_attrs *a, char etag[STORE_ETAG_MAX]);
+int s3_store_mpu_begin_attrs(struct store *s, const char *path, const struct store_attrs *a,
+                             char upload_id[STORE_UPLOAD_ID_MAX]);
+int s3_store_set_attrs(struct store *s, const char *path, int is_dir, const char *etag,
+                       uint64_t size, const struct store_attrs *a, char etag_out[STORE_ETAG_MAX]);
+int s3_store_get_attrs(struct store *s, const char *path, int is_dir, struct store_attrs *a,
+                       char etag[STORE_ETAG_MAX]);
 int s3_store_mpu_part(struct store *s, const char *path, const char *upload_id,
                       struct store_part *part, int fd);
 int s3_store_mpu_complete(struct store *s, const char *path, const char *upload_id,
