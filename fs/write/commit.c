@@ -115,16 +115,19 @@ static size_t local_pending(struct stage *st, const struct wfile *self, const ch
 }
 
 /* A symlink's wait (docs/semantics.md, "Symbolic links"): files of this
- * mount staged before it (lower ids: ids only grow) at or below its target,
- * links aside (two links into each other's directories must not wait for
- * each other), that are not yet complete on the store (lock held). Commit
- * files count: a link made after a save goes out after its .metadata. */
+ * mount staged before it (lower ids: ids only grow, so two links into each
+ * other's directories never wait for each other) at or below its target
+ * that are not yet complete on the store (lock held). Commit
+ * files count: a link made after a save goes out after its .metadata. A
+ * file being written counts until its writer closes it. */
 static size_t link_pending(struct stage *st, const struct wfile *link, const char **example)
 {
     size_t n = 0;
     for (struct wfile *wf = st->files; wf; wf = wf->next) {
-        if (wf == link || wf->unlinked || wf->link_wait || wf->id > link->id || wfile_clean(wf))
+        if (wf == link || wf->unlinked || wf->id > link->id || wfile_clean(wf))
             continue;
+        if (wf->version != wf->seal_version && wf->writers == 0)
+            continue; /* abandoned unsealed (the mount ended under its writer): never sent */
         if (path_at_or_below(wf->path, link->link_wait)) {
             if (!n)
                 *example = path_base(wf->path);
