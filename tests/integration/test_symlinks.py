@@ -49,6 +49,10 @@ def stored_link(store, rel):
 
 def check_links(root):
     """What a mount (or s3fs) must show of the links the tests make under root."""
+    # A listing first (on a fresh mount: before any lookup has learnt what the names are)
+    kinds = {e.name: (e.is_symlink(), e.is_dir()) for e in os.scandir(os.path.join(root, "ck"))}
+    assert kinds == {"latest": (True, True), "file.lnk": (True, False),
+                     "dangling": (True, False), "step_2": (False, True)}
     assert os.readlink(os.path.join(root, "ck/latest")) == "step_2"
     assert stat.S_ISLNK(os.lstat(os.path.join(root, "ck/latest")).st_mode)
     assert os.lstat(os.path.join(root, "ck/latest")).st_size == len("step_2")
@@ -57,9 +61,6 @@ def check_links(root):
     assert open(os.path.join(root, "ck/file.lnk"), "rb").read() == b"w2" * 500
     assert os.readlink(os.path.join(root, "ck/dangling")) == "../nowhere/x"
     assert not os.path.exists(os.path.join(root, "ck/dangling"))
-    kinds = {e.name: (e.is_symlink(), e.is_dir()) for e in os.scandir(os.path.join(root, "ck"))}
-    assert kinds == {"latest": (True, True), "file.lnk": (True, False),
-                     "dangling": (True, False), "step_2": (False, True)}
 
 
 def make_links(root):
@@ -108,22 +109,48 @@ def test_link_is_published_after_the_files_below_its_target(lstore, mounter):
     m = mounter(lstore, "--fsync=staged")
     os.makedirs(m.p("run/step_1"))
     f = open(m.p("run/step_1/shard.bin"), "wb")
-    f.write(b"s" * 4096)
-    f.flush()  # still open: not sealed, not uploaded
-    os.symlink("step_1", m.p("run/latest"))
-    with open(m.p("later.bin"), "wb") as g:  # made after the link: not waited for
-        g.write(b"l" * 100)
-    deadline = time.monotonic() + 30 * harness.slow_factor()
-    while lstore.size("later.bin") is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert lstore.size("later.bin") == 100, "a later file is published meanwhile"
-    time.sleep(0.3)
-    assert stored_link(lstore, "run/latest") is None, "the link went before its target's file"
-    assert os.readlink(m.p("run/latest")) == "step_1", "the mount shows it meanwhile"
-    f.close()
+    try:
+        f.write(b"s" * 4096)
+        f.flush()  # still open: not sealed, not uploaded
+        os.symlink("step_1", m.p("run/latest"))
+        with open(m.p("later.bin"), "wb") as g:  # made after the link: not waited for
+            g.write(b"l" * 100)
+        deadline = time.monotonic() + 30 * harness.slow_factor()
+        while lstore.size("later.bin") is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert lstore.size("later.bin") == 100, "a later file is published meanwhile"
+        time.sleep(0.3)  # the link, were it not held, would be sent by now
+        assert stored_link(lstore, "run/latest") is None, "the link went before its target's file"
+        assert os.readlink(m.p("run/latest")) == "step_1", "the mount shows it meanwhile"
+    finally:
+        f.close()
     m.sync()
     assert lstore.get("run/step_1/shard.bin") == b"s" * 4096
     assert stored_link(lstore, "run/latest") == "step_1"
+
+
+def test_a_staged_link_survives_kill9(lstore, mounter, tmp_path):
+    """§14: a link still held back (a file below its target is open) when the daemon is
+    killed is journaled as a link: the next mount with the same --cache-dir publishes it
+    as a link, not as a file holding its target."""
+    cache = str(tmp_path / "cache-crash")
+    a = mounter(lstore, "--fsync=staged", cache_dir=cache)
+    os.makedirs(a.p("run/step_1"))
+    f = open(a.p("run/step_1/shard.bin"), "wb")
+    f.write(b"s" * 100)
+    f.flush()
+    os.symlink("step_1", a.p("run/latest"))
+    a.proc.kill()  # the daemon dies with the file open...
+    try:
+        f.close()
+    except OSError:
+        pass  # (the mount is gone)
+    a.kill9()  # ... then the dead mount is cleared
+    assert stored_link(lstore, "run/latest") is None
+    b = mounter(lstore, "--fsync=staged", cache_dir=cache)
+    b.sync()
+    assert stored_link(lstore, "run/latest") == "step_1"
+    assert os.readlink(b.p("run/latest")) == "step_1"
 
 
 def tree(root):
