@@ -101,6 +101,10 @@ def test_symlink_readlink_lstat_listing_and_following(lstore, mounter, fsync):
     assert os.readlink(again.p("ck-moved/latest")) == "step_2"
     assert open(again.p("ck-moved/latest/w.bin"), "rb").read() == b"w2" * 500
     assert sorted(os.listdir(again.p("ck-moved"))) == ["dangling2", "latest", "step_2"]
+    subprocess.run(["ln", "-sfn", "step_2/w.bin", again.p("ck-moved/dangling2")], check=True)
+    assert os.readlink(again.p("ck-moved/dangling2")) == "step_2/w.bin"  # replaced
+    again.sync()
+    assert stored_link(lstore, "ck-moved/dangling2") == "step_2/w.bin"
 
 
 def test_link_is_published_after_the_files_below_its_target(lstore, mounter):
