@@ -158,14 +158,15 @@ def test_a_staged_link_survives_kill9(lstore, mounter, tmp_path):
 
 
 def tree(root):
-    """{relpath: (type, mode, mtime_ns, content or link target)} below root."""
+    """{relpath: (type, mode, mtime_ns, content), or ("link", target, mtime_ns)} below
+    root."""
     out = {}
     for d, dirs, files in os.walk(root):
         for n in dirs + files:
             p = os.path.join(d, n)
             st = os.lstat(p)
             if stat.S_ISLNK(st.st_mode):
-                out[os.path.relpath(p, root)] = ("link", os.readlink(p))
+                out[os.path.relpath(p, root)] = ("link", os.readlink(p), st.st_mtime_ns)
                 continue
             body = open(p, "rb").read() if stat.S_ISREG(st.st_mode) else None
             out[os.path.relpath(p, root)] = (stat.S_IFMT(st.st_mode), stat.S_IMODE(st.st_mode),
@@ -185,6 +186,8 @@ def test_rsync_cp_tar_round_trip_links(lstore, mounter, fsync, tmp_path):
     os.symlink("step_1", os.path.join(src, "latest"))
     os.symlink("/abs/elsewhere", os.path.join(src, "abs"))
     os.symlink("step_1/a.bin", os.path.join(src, "step_1.bin"))
+    for link in ("latest", "abs", "step_1.bin"):  # links have times of their own (lutimes)
+        os.utime(os.path.join(src, link), (1_500_000_200, 1_500_000_200), follow_symlinks=False)
     os.utime(os.path.join(src, "step_1"), (1_500_000_100, 1_500_000_100))
     want = tree(src)
     m = mounter(lstore, f"--fsync={fsync}")
