@@ -1,9 +1,10 @@
 /*
  * fs/core/core_write.c - the core's calls that change files and names (see
  * core.h): create, open for writing, write, truncate, close and fsync,
- * unlink, mkdir, rmdir, rename, sync. Bytes and uploads are the staging
- * area's business (stage.h); this file decides what each call means for
- * the store and the namespace, and keeps the metadata cache in step.
+ * unlink, mkdir, rmdir, rename, sync, symlink and readlink. Bytes and
+ * uploads are the staging area's business (stage.h); this file decides what
+ * each call means for the store and the namespace, and keeps the metadata
+ * cache in step.
  */
 #include "clock.h"
 #include "core_internal.h"
