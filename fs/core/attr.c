@@ -43,7 +43,9 @@ void core_to_stat(const struct core *core, const char *spath, const struct store
     st->st_uid = core->uid;
     st->st_gid = core->gid;
     const struct store_attrs *a = &s->attrs;
-    if (a->set & STORE_ATTR_MODE) /* the type stays the store's: a file or a directory */
+    if (!s->is_dir && store_attrs_is_link(a)) /* a symlink: its size is its target's length */
+        st->st_mode = S_IFLNK | 0777;
+    else if (a->set & STORE_ATTR_MODE) /* the type stays the store's: a file or a directory */
         st->st_mode = (st->st_mode & S_IFMT) | (a->mode & 07777 & (core->stage ? 07777 : 07555));
     if (a->set & STORE_ATTR_UID)
         st->st_uid = (uid_t)a->uid;
@@ -100,14 +102,27 @@ int core_attrs_exact(const struct core *core)
     return core->cfg.attrs_exact && core->store->ops->get_attrs;
 }
 
+int core_attrs_unknown_link(struct core *core, const char *spath, const struct store_stat *s)
+{
+    if (s->is_dir || !s->etag[0] || (s->attrs.set & STORE_ATTR_READ) ||
+        !core->store->ops->get_attrs || !store_may_be_link(spath, s->size))
+        return 0;
+    struct store_attrs a;
+    return !meta_get_attrs(&core->meta, spath, s, &a);
+}
+
 /* The attributes of spath (store answer s) the mount knows: those the
- * metadata cache keeps for s's version, else with --attrs=exact the
- * store's (one HEAD per version, then kept). */
+ * metadata cache keeps for s's version, else the store's (one HEAD per
+ * version, then kept) with --attrs=exact, or for an object that may be a
+ * symlink (store_may_be_link: docs/semantics.md, "Symbolic links"). */
 void core_known_attrs(struct core *core, const char *spath, struct store_stat *s)
 {
     if ((s->attrs.set & STORE_ATTR_READ) || (!s->is_dir && !s->etag[0]))
         return; /* known, or a staged file (its attributes are staging's) */
-    if (meta_get_attrs(&core->meta, spath, s, &s->attrs) || !core_attrs_exact(core))
+    if (meta_get_attrs(&core->meta, spath, s, &s->attrs))
+        return;
+    if (!core_attrs_exact(core) &&
+        (s->is_dir || !core->store->ops->get_attrs || !store_may_be_link(spath, s->size)))
         return;
     struct store_attrs a;
     char etag[STORE_ETAG_MAX];

@@ -86,7 +86,9 @@ int core_setattr(struct core *core, const char *path, struct core_file *f,
 int core_attrs_exact(const struct core *core);
 
 /* Calls fill once per entry of the directory (not "." and ".."); a non-zero
- * return from fill stops the listing. */
+ * return from fill stops the listing. An entry whose st_mode has no type
+ * (S_IFMT bits 0) may be a symlink the mount has not looked at yet: hand
+ * the kernel neither its type nor its attributes, so it looks it up. */
 typedef int (*core_fill_fn)(void *arg, const char *name, const struct stat *st);
 int core_readdir(struct core *core, const char *path, core_fill_fn fill, void *arg);
 
@@ -138,6 +140,15 @@ int core_flush(struct core *core, struct core_file *f, pid_t thread);
 /* fsync(): per --fsync (see stage_fsync). */
 int core_fsync(struct core *core, struct core_file *f);
 int core_unlink(struct core *core, const char *path);
+/* symlink(2): a link at path to target (not checked: POSIX), with a's uid
+ * and gid if set; staged, and published after what was staged before it at
+ * or below its target (docs/semantics.md, "Symbolic links"). 0, -EEXIST,
+ * -ENAMETOOLONG, -EROFS or another negative errno. */
+int core_symlink(struct core *core, const char *target, const char *path,
+                 const struct store_attrs *a);
+/* readlink(2): the target of the link at path into buf (at most len bytes,
+ * no NUL): its length, -EINVAL if path is no link, or a negative errno. */
+ssize_t core_readlink(struct core *core, const char *path, char *buf, size_t len);
 int core_mkdir(struct core *core, const char *path);
 int core_rmdir(struct core *core, const char *path);
 /* rename(2): flags 0 or RENAME_NOREPLACE (RENAME_EXCHANGE: -EINVAL). */

@@ -132,6 +132,11 @@ void core_dir_entry_changed(struct core *core, const char *dir);
  * set on dir (an entry made before it was set is only now renamed in). */
 void core_dir_published_in(struct core *core, const char *dir);
 
+/* 1 if s (store path spath, the store's answer) may be a symlink whose
+ * attributes the mount does not know yet: a lookup will ask (a HEAD), so a
+ * listing must not hand the kernel its type (attr.c). */
+int core_attrs_unknown_link(struct core *core, const char *spath, const struct store_stat *s);
+
 /* Fill in the attributes of spath the mount knows for s's version (attr.c). */
 void core_known_attrs(struct core *core, const char *spath, struct store_stat *s);
 

@@ -1,9 +1,10 @@
 /*
  * fs/core/core_write.c - the core's calls that change files and names (see
  * core.h): create, open for writing, write, truncate, close and fsync,
- * unlink, mkdir, rmdir, rename, sync. Bytes and uploads are the staging
- * area's business (stage.h); this file decides what each call means for
- * the store and the namespace, and keeps the metadata cache in step.
+ * unlink, mkdir, rmdir, rename, sync, symlink and readlink. Bytes and
+ * uploads are the staging area's business (stage.h); this file decides what
+ * each call means for the store and the namespace, and keeps the metadata
+ * cache in step.
  */
 #include "clock.h"
 #include "core_internal.h"
@@ -17,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #ifndef RENAME_NOREPLACE
 #define RENAME_NOREPLACE (1 << 0)
@@ -107,6 +109,8 @@ int core_open_write(struct core *core, const char *spath, int flags, struct core
         /* Its mode and owner stay those of the object it replaces (issue #18). */
         core_known_attrs(core, spath, &st);
         st.attrs.set &= STORE_ATTR_MODE | STORE_ATTR_UID | STORE_ATTR_GID;
+        if (store_attrs_is_link(&st.attrs))
+            st.attrs.set &= ~STORE_ATTR_MODE; /* a file now, not a link */
         if (st.attrs.set)
             stage_set_attrs_wf(core->stage, wf, &st.attrs);
     }
@@ -515,4 +519,74 @@ void core_space(struct core *core, uint64_t *total, uint64_t *used)
         *total = ws.budget;
         *used = ws.staged_bytes;
     }
+}
+
+/* ---- symbolic links (docs/semantics.md, "Symbolic links") ---- */
+
+int core_symlink(struct core *core, const char *target, const char *path,
+                 const struct store_attrs *a)
+{
+    if (!core->stage)
+        return -EROFS;
+    size_t len = strlen(target);
+    if (len == 0)
+        return -ENOENT; /* symlink(2): an empty target */
+    if (len > STORE_LINK_MAX)
+        return -ENAMETOOLONG;
+    const char *spath = core_store_path(path);
+    int rc = check_name(core, spath);
+    if (rc < 0)
+        return rc;
+    rc = check_parent(core, spath);
+    if (rc < 0)
+        return rc;
+    struct store_stat st;
+    rc = core_lookup(core, spath, &st);
+    if (rc == 0)
+        return -EEXIST;
+    if (rc != -ENOENT)
+        return rc;
+    char wait[4096];
+    if (store_link_wait_path(spath, target, wait, sizeof wait) < 0)
+        wait[0] = '\0'; /* too long to tell: after everything staged */
+    rc = stage_symlink(core->stage, spath, target, wait, a);
+    if (rc < 0)
+        return rc;
+    entry_changed(core, spath); /* its publish puts it in the metadata cache */
+    return 0;
+}
+
+/* The target of the link answered as s at spath, from the store (no lock). */
+static ssize_t stored_link(struct core *core, const char *spath, const struct store_stat *s,
+                           char *buf, size_t len)
+{
+    struct store *store = core->store;
+    if (store->ops->readlink)
+        return store->ops->readlink(store, spath, buf, len);
+    size_t n = s->size < len ? (size_t)s->size : len, got = 0;
+    int rc = store->ops->read(store, spath, s->etag, 0, n, buf, &got);
+    return rc < 0 ? rc : (ssize_t)got;
+}
+
+ssize_t core_readlink(struct core *core, const char *path, char *buf, size_t len)
+{
+    const char *spath = core_store_path(path);
+    struct store_stat s;
+    int rc = core_lookup(core, spath, &s);
+    if (rc < 0)
+        return rc;
+    if (!s.is_dir)
+        core_known_attrs(core, spath, &s);
+    if (s.is_dir || !store_attrs_is_link(&s.attrs))
+        return -EINVAL;
+    struct wfile *wf = core->stage ? stage_get(core->stage, spath) : NULL;
+    if (!wf)
+        return stored_link(core, spath, &s, buf, len);
+    uint64_t size;
+    int fd = stage_fd(core->stage, wf, &size);
+    ssize_t n = fd < 0 ? fd : pread(fd, buf, size < len ? (size_t)size : len, 0);
+    if (n < 0 && fd >= 0)
+        n = -errno;
+    stage_put(core->stage, wf);
+    return n;
 }

@@ -175,6 +175,8 @@ static int listing_put(struct listing *l, const char *name, const struct store_s
     if (l->child[0] && !shown.attrs.set)
         meta_get_attrs(&l->core->meta, l->child, &shown, &shown.attrs);
     core_to_stat(l->core, l->child, &shown, &st);
+    if (l->child[0] && core_attrs_unknown_link(l->core, l->child, &shown))
+        st.st_mode &= ~(mode_t)S_IFMT; /* a symlink? the kernel looks it up (core.h) */
     return l->fill(l->arg, name, &st);
 }
 

@@ -52,6 +52,12 @@ static void *op_init(struct fuse_conn_info *conn, struct fuse_config *cfg)
     if (conn->capable & FUSE_CAP_SPLICE_READ)
         conn->want |= FUSE_CAP_SPLICE_READ;
     conn->congestion_threshold = 48;
+#ifdef FUSE_CAP_CACHE_SYMLINKS
+    /* A link's target is kept in the kernel's page cache of the link, as a
+     * file's bytes are: following a link costs no request each time. */
+    if (conn->capable & FUSE_CAP_CACHE_SYMLINKS)
+        conn->want |= FUSE_CAP_CACHE_SYMLINKS;
+#endif
     return c;
 }
 
@@ -78,7 +84,7 @@ struct fill_ctx {
 static int fill_one(void *arg, const char *name, const struct stat *st)
 {
     struct fill_ctx *fc = arg;
-    if (core_attrs_exact(ctx()->core))
+    if (core_attrs_exact(ctx()->core) || !(st->st_mode & S_IFMT)) /* core.h: a link? */
         return fc->filler(fc->buf, name, st, 0, 0);
     return fc->filler(fc->buf, name, st, 0, FUSE_FILL_DIR_PLUS);
 }
@@ -239,6 +245,26 @@ static int op_mknod(const char *path, mode_t mode, dev_t rdev)
     (void)mode;
     (void)rdev;
     return -EPERM;
+}
+
+/* Symbolic links (docs/semantics.md, "Symbolic links"): the creator is
+ * kept as for files (creation_attrs). */
+static int op_symlink(const char *target, const char *path)
+{
+    struct store_attrs a = creation_attrs(0777, 0777);
+    return core_symlink(ctx()->core, target, path, &a);
+}
+
+/* libfuse wants the target NUL-terminated, cut to size - 1 bytes. */
+static int op_readlink(const char *path, char *buf, size_t size)
+{
+    if (size == 0)
+        return -EINVAL;
+    ssize_t n = core_readlink(ctx()->core, path, buf, size - 1);
+    if (n < 0)
+        return (int)n;
+    buf[n] = '\0';
+    return 0;
 }
 
 /* Hard links: an object has one name. EPERM (link(2): "the filesystem
@@ -431,6 +457,8 @@ static const struct fuse_operations ckptfs_ops = {
     .rename = op_rename,
     .mknod = op_mknod,
     .link = op_link,
+    .symlink = op_symlink,
+    .readlink = op_readlink,
     .chmod = op_chmod,
     .chown = op_chown,
     .utimens = op_utimens,

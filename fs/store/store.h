@@ -72,6 +72,29 @@ int store_attrs_headers(const struct store_attrs *a, const char *names[STORE_ATT
 int store_attrs_parse_header(struct store_attrs *a, const char *name, size_t nlen,
                              const char *value, size_t vlen);
 
+/* ---- symbolic links (issue #18; docs/semantics.md, "Symbolic links";
+ * symlink.c) ----
+ *
+ * A link is an object whose body is its target and whose attributes' mode
+ * has S_IFLNK (s3fs's convention; on the local store, a real link). */
+#define STORE_LINK_MAX 4095 /* the longest target (PATH_MAX - 1) */
+
+/* 1 if a's mode says a symbolic link. */
+int store_attrs_is_link(const struct store_attrs *a);
+
+/* 1 if an object named name (a path or a last component) of size bytes may
+ * be a link, whose lookup must then learn its attributes (a HEAD on S3: a
+ * listing has none): 1..STORE_LINK_MAX bytes and not a file of which a
+ * load looks up many (*.distcp, *.metadata, *.safetensors,
+ * *.safetensors.index.json). */
+int store_may_be_link(const char *name, uint64_t size);
+
+/* Where target, the target of a link at store path link, lies on the store:
+ * out gets the store path ("" = anything: an absolute target, or one that
+ * climbs above the root), "." and ".." resolved lexically. 0, or -1 if it
+ * does not fit in len bytes. */
+int store_link_wait_path(const char *link, const char *target, char *out, size_t len);
+
 struct store_stat {
     uint64_t size;             /* object size in bytes (0 for directories) */
     int64_t mtime_ns;          /* nanoseconds since the epoch, 0 if unknown (see below) */
@@ -273,6 +296,12 @@ struct store_ops {
      * attributes). etag gets the object's version tag. */
     int (*get_attrs)(struct store *s, const char *path, int is_dir, struct store_attrs *a,
                      char etag[STORE_ETAG_MAX]);
+
+    /* Optional (NULL: a link's target is its object's bytes, read()): the
+     * target of the link at path into buf (len bytes at most, no NUL);
+     * the count, -EINVAL if path is no link. The local store's links are
+     * real ones. */
+    int (*readlink)(struct store *s, const char *path, char *buf, size_t len);
 
     /* The longest name of one path component (statfs's f_namemax); 0: 1024. */
     unsigned name_max;

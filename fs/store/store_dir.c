@@ -155,10 +155,10 @@ static int dir_stat(struct store *s, const char *path, struct store_stat *st)
         return -ENOENT;
     atomic_fetch_add(&s->counters.head_requests, 1);
     struct stat sb;
-    if (fstatat(ds->root_fd, rel(path), &sb, 0) < 0)
+    if (fstatat(ds->root_fd, rel(path), &sb, *path ? AT_SYMLINK_NOFOLLOW : 0) < 0)
         return -errno;
-    if (!S_ISDIR(sb.st_mode) && !S_ISREG(sb.st_mode))
-        return -ENOENT; /* only files and directories are part of a store */
+    if (!S_ISDIR(sb.st_mode) && !S_ISREG(sb.st_mode) && !S_ISLNK(sb.st_mode))
+        return -ENOENT; /* only files, directories and links are part of a store */
     fill_stat(&sb, st);
     return 0;
 }
@@ -187,9 +187,9 @@ static int dir_list(struct store *s, const char *dir, store_list_fn fn, void *ar
         if (tmp_name(de->d_name))
             continue; /* an upload in progress or abandoned: not an object yet */
         struct stat sb;
-        if (fstatat(dirfd(d), de->d_name, &sb, 0) < 0)
+        if (fstatat(dirfd(d), de->d_name, &sb, AT_SYMLINK_NOFOLLOW) < 0)
             continue; /* vanished between readdir and stat */
-        if (!S_ISDIR(sb.st_mode) && !S_ISREG(sb.st_mode))
+        if (!S_ISDIR(sb.st_mode) && !S_ISREG(sb.st_mode) && !S_ISLNK(sb.st_mode))
             continue;
         struct store_stat st;
         fill_stat(&sb, &st);
@@ -752,6 +752,74 @@ static int dir_check_name(struct store *s, const char *path)
     return check_target(path);
 }
 
+/* readlink: the real link's target (docs/semantics.md, "Symbolic links"). */
+static int dir_readlink(struct store *s, const char *path, char *buf, size_t len)
+{
+    if (!path_ok(path) || hidden(path))
+        return -EINVAL;
+    atomic_fetch_add(&s->counters.get_requests, 1);
+    ssize_t n = readlinkat(to_dir(s)->root_fd, path, buf, len);
+    return result(s, n < 0 ? -errno : (int)n);
+}
+
+/* The object at path, just written as a file holding a link's target (an
+ * upload of a staged symlink), becomes a real link: made under a temporary
+ * name and renamed over it. 0 or -errno. */
+static int make_link(struct dir_store *ds, const char *path)
+{
+    const char *name;
+    int dfd = open_parent(ds, path, &name);
+    if (dfd < 0)
+        return dfd;
+    char target[STORE_LINK_MAX + 1], tmp[NAME_MAX + 1];
+    int rc = 0;
+    int fd = openat(dfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    ssize_t n = fd < 0 ? -1 : pread(fd, target, STORE_LINK_MAX, 0);
+    if (n <= 0)
+        rc = n == 0 ? -EINVAL : -errno;
+    if (fd >= 0)
+        close(fd);
+    if (rc == 0) {
+        target[n] = '\0';
+        rc = -EEXIST;
+        for (int attempt = 0; attempt < 8 && rc == -EEXIST; attempt++) {
+            make_tmp_name(name, tmp);
+            rc = symlinkat(target, dfd, tmp) < 0 ? -errno : 0;
+        }
+    }
+    if (rc == 0 && (renameat(dfd, tmp, dfd, name) < 0 || fsync(dfd) < 0)) {
+        rc = -errno;
+        unlinkat(dfd, tmp, 0);
+    }
+    close(dfd);
+    return rc;
+}
+
+/* set_attrs of a link: its owner and time (a link has no mode of its own). */
+static int link_set_attrs(struct dir_store *ds, const char *path, const struct store_attrs *a,
+                          char etag_out[STORE_ETAG_MAX])
+{
+    int rc = 0;
+    if ((a->set & (STORE_ATTR_UID | STORE_ATTR_GID)) &&
+        fchownat(ds->root_fd, path, a->set & STORE_ATTR_UID ? (uid_t)a->uid : (uid_t)-1,
+                 a->set & STORE_ATTR_GID ? (gid_t)a->gid : (gid_t)-1, AT_SYMLINK_NOFOLLOW) < 0)
+        rc = -errno;
+    if (rc == 0 && (a->set & STORE_ATTR_MTIME)) {
+        struct timespec t[2] = {{.tv_nsec = UTIME_OMIT},
+                                {.tv_sec = (time_t)(a->mtime_ns / 1000000000),
+                                 .tv_nsec = (long)(a->mtime_ns % 1000000000)}};
+        if (utimensat(ds->root_fd, path, t, AT_SYMLINK_NOFOLLOW) < 0)
+            rc = -errno;
+    }
+    struct stat sb;
+    struct store_stat st;
+    if (rc == 0 && fstatat(ds->root_fd, path, &sb, AT_SYMLINK_NOFOLLOW) == 0) {
+        fill_stat(&sb, &st);
+        memcpy(etag_out, st.etag, STORE_ETAG_MAX);
+    }
+    return rc;
+}
+
 /* set_attrs: chmod, chown, utimensat of the file or directory (issue #18). */
 static int dir_set_attrs(struct store *s, const char *path, int is_dir, const char *etag,
                          uint64_t size, const struct store_attrs *a, char etag_out[STORE_ETAG_MAX])
@@ -761,6 +829,13 @@ static int dir_set_attrs(struct store *s, const char *path, int is_dir, const ch
     etag_out[0] = '\0';
     if ((!path_ok(path) && *path) || hidden(path))
         return -EINVAL;
+    struct stat lsb;
+    if (*path && fstatat(to_dir(s)->root_fd, path, &lsb, AT_SYMLINK_NOFOLLOW) == 0 &&
+        (S_ISLNK(lsb.st_mode) || (S_ISREG(lsb.st_mode) && store_attrs_is_link(a)))) {
+        /* A link, or the file an upload of a staged link just wrote. */
+        int rc = S_ISLNK(lsb.st_mode) ? 0 : make_link(to_dir(s), path);
+        return result(s, rc < 0 ? rc : link_set_attrs(to_dir(s), path, a, etag_out));
+    }
     int fd = openat(to_dir(s)->root_fd, rel(path), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0)
         return -errno;
@@ -799,6 +874,7 @@ static int dir_set_attrs(struct store *s, const char *path, int is_dir, const ch
 
 static const struct store_ops dir_ops = {
     .set_attrs = dir_set_attrs,
+    .readlink = dir_readlink,
     .scheme = "dir",
     .stat = dir_stat,
     .list = dir_list,

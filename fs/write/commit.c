@@ -114,6 +114,29 @@ static size_t local_pending(struct stage *st, const struct wfile *self, const ch
     return n;
 }
 
+/* A symlink's wait (docs/semantics.md, "Symbolic links"): files of this
+ * mount staged before it (lower ids: ids only grow, so two links into each
+ * other's directories never wait for each other) at or below its target
+ * that are not yet complete on the store (lock held). Commit
+ * files count: a link made after a save goes out after its .metadata. A
+ * file being written counts until its writer closes it. */
+static size_t link_pending(struct stage *st, const struct wfile *link, const char **example)
+{
+    size_t n = 0;
+    for (struct wfile *wf = st->files; wf; wf = wf->next) {
+        if (wf == link || wf->unlinked || wf->id > link->id || wfile_clean(wf))
+            continue;
+        if (wf->version != wf->seal_version && wf->writers == 0)
+            continue; /* abandoned unsealed (the mount ended under its writer): never sent */
+        if (path_at_or_below(wf->path, link->link_wait)) {
+            if (!n)
+                *example = path_base(wf->path);
+            n++;
+        }
+    }
+    return n;
+}
+
 static int cmp_need(const void *a, const void *b)
 {
     return strcmp(((const struct wfile_need *)a)->name, ((const struct wfile_need *)b)->name);
@@ -334,10 +357,18 @@ static int check_one(struct stage *st, struct wfile *wf, double now)
     uint64_t version = wf->version;
     unsigned epoch = wf->commit_epoch; /* a rename or a new seal resets the check */
     const char *local = "";
-    size_t pending = local_pending(st, wf, dir, &local);
+    size_t pending =
+        wf->link_wait ? link_pending(st, wf, &local) : local_pending(st, wf, dir, &local);
     if (pending) {
         snprintf(why, sizeof why, "%zu file%s of this mount in %.200s not uploaded yet (%.200s)",
-                 pending, pending == 1 ? "" : "s", *dir ? dir : "/", local);
+                 pending, pending == 1 ? "" : "s",
+                 wf->link_wait ? (*wf->link_wait ? wf->link_wait : "/")
+                 : *dir        ? dir
+                               : "/",
+                 local);
+    } else if (wf->link_wait) {
+        wf->commit = WFILE_COMMIT_READY; /* a link names no files of its own */
+        return 1;
     } else {
         if (!wf->commit_parsed) {
             uint64_t size = wf->size;
@@ -413,6 +444,10 @@ void commit_wake(struct stage *st, const char *path)
     for (struct wfile *wf = st->files; wf; wf = wf->next) {
         if (!wf->is_commit || wf->commit != WFILE_COMMIT_WAITING)
             continue;
+        if (wf->link_wait) { /* links wait for files anywhere below their target */
+            wf->commit_next_check = 0;
+            continue;
+        }
         path_dir(wf->path, d, sizeof d);
         if (strcmp(d, dir) == 0)
             wf->commit_next_check = 0;

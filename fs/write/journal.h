@@ -28,6 +28,7 @@
 #define JOURNAL_SEALED 0x1  /* the staged content is what the writer published (close/fsync) */
 #define JOURNAL_DURABLE 0x2 /* ... and it was fdatasync'ed to the staging disk */
 #define JOURNAL_DISCARD 0x4 /* unlinked: only its multipart upload is left to abort */
+#define JOURNAL_LINK 0x8    /* a symbolic link: the content is its target (stage_symlink) */
 
 struct journal;
 

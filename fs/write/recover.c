@@ -205,6 +205,15 @@ static int restage(struct stage *st, const struct journal_rec *r, int fd)
     wf->journaled = 1;
     wf->sealed_in_journal = 1;
     wf->jseq = r->seq;
+    if (rc == 0 && (r->flags & JOURNAL_LINK)) {
+        /* A symlink (stage_link.c): published after everything staged before
+         * it (where its target lay is not kept: anywhere). */
+        wf->is_commit = 1;
+        wf->attrs.set |= STORE_ATTR_MODE;
+        wf->attrs.mode = S_IFLNK | 0777;
+        if (!(wf->link_wait = strdup("")))
+            rc = -ENOMEM;
+    }
     uint32_t count = parts_count(st->cfg.part_size, r->size);
     if (rc == 0)
         rc = wfile_parts_reserve(wf, count ? count : 1);

@@ -215,6 +215,49 @@ int stage_create(struct stage *st, const char *path, struct wfile **out)
     return rc;
 }
 
+int stage_symlink(struct stage *st, const char *path, const char *target, const char *wait,
+                  const struct store_attrs *a)
+{
+    size_t len = strlen(target);
+    char *w = strdup(wait);
+    if (!w)
+        return -ENOMEM;
+    pthread_mutex_lock(&st->lock);
+    struct wfile *wf;
+    int rc = new_staged_file(st, path, &wf);
+    if (rc < 0) {
+        pthread_mutex_unlock(&st->lock);
+        free(w);
+        return rc;
+    }
+    /* Made whole before it enters the table: no lookup sees a file first. */
+    if (pwrite(wf->fd, target, len, 0) != (ssize_t)len || extents_add(&wf->written, 0, len) < 0) {
+        forget_new_file(st, wf);
+        pthread_mutex_unlock(&st->lock);
+        free(w);
+        return -EIO;
+    }
+    wf->size = len;
+    wf->link_wait = w;
+    wf->is_commit = 1; /* its upload waits in commit.c (link_pending) */
+    wf->held = 0;
+    wf->attrs.set = STORE_ATTR_MODE | (a ? a->set & (STORE_ATTR_UID | STORE_ATTR_GID) : 0);
+    wf->attrs.mode = S_IFLNK | 0777;
+    if (a) {
+        wf->attrs.uid = a->uid;
+        wf->attrs.gid = a->gid;
+    }
+    wf->attrs_gen++;
+    struct wfile *old = wfile_find(st, path);
+    if (old)
+        unlink_locked(st, old);
+    link_new_file(st, wf);
+    seal(st, wf); /* journaled (JOURNAL_LINK), its upload asked for */
+    wfile_unref(st, wf);
+    pthread_mutex_unlock(&st->lock);
+    return 0;
+}
+
 /* Copy [0, keep) of the store object into wf's staging file (no lock). */
 static int adopt_copy(struct stage *st, struct wfile *wf, const char *etag, uint64_t keep)
 {
@@ -645,7 +688,7 @@ int stage_rename(struct stage *st, const char *from, const char *to)
     int was_fsynced_held = wf->fsynced_held;
     wf->held = wfile_is_hold_name(path_base(to)) && !st->draining;
     wf->fsynced_held = wf->held && was_fsynced_held;
-    wf->is_commit = is_commit_name(path_base(to));
+    wf->is_commit = wf->link_wait || is_commit_name(path_base(to));
     commit_reset(wf);
     if (wf->synced_version) /* what is on the store is under the old name */
         wf->synced_version = 0;

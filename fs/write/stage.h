@@ -204,6 +204,15 @@ void stage_put(struct stage *st, struct wfile *wf);
  * upload is cancelled). Returns it with a reference. */
 int stage_create(struct stage *st, const char *path, struct wfile **out);
 
+/* A symbolic link at path whose target is `target` (docs/semantics.md,
+ * "Symbolic links"): staged like a file whose bytes are the target, with
+ * mode S_IFLNK | 0777 (and a's uid, gid if set), replacing what is staged
+ * at path, sealed at once; published only after every file (not a link)
+ * staged before it at or below store path wait ("" = anywhere) is on the
+ * store, commit files included. 0 or a negative errno. */
+int stage_symlink(struct stage *st, const char *path, const char *target, const char *wait,
+                  const struct store_attrs *a);
+
 /* Stage the existing store object at path (size bytes, version etag) to
  * modify it: its bytes up to keep (at most size) are copied into staging
  * first. Returns it with a reference. */

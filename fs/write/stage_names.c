@@ -263,7 +263,8 @@ int stage_list(struct stage *st, const char *dir, store_list_fn fn, void *arg)
         if (leaf) {
             ents[n].st.size = wf->size;
             ents[n].st.mtime_ns = wf->mtime_ns;
-        } else { /* a subdirectory holding staged files */
+            ents[n].st.attrs = wf->attrs; /* a symlink shows as one in listings too */
+        } else {                          /* a subdirectory holding staged files */
             ents[n].st.is_dir = 1;
             ents[n].st.mtime_ns = wf->mtime_ns;
         }

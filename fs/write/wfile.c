@@ -72,6 +72,7 @@ void wfile_free(struct wfile *wf)
     free(wf->parts);
     free(wf->upload_key);
     free(wf->upload_id);
+    free(wf->link_wait);
     free(wf->path);
     free(wf);
 }
@@ -216,6 +217,8 @@ static struct jsnap *snapshot(struct stage *st, struct wfile *wf)
         flags |= JOURNAL_DISCARD;
     else if (sealed)
         flags |= JOURNAL_SEALED | (wf->durable_version == wf->version ? JOURNAL_DURABLE : 0);
+    if (wf->link_wait)
+        flags |= JOURNAL_LINK;
     s->rec = (struct journal_rec){.id = wf->id,
                                   .seq = ++wf->jseq,
                                   .flags = flags,

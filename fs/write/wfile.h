@@ -117,6 +117,8 @@ struct wfile {
     int wb_queued;         /* in the flusher's queue (writeback.c), holding a reference */
     int fsynced_held;      /* fsync was called while held */
     int is_commit;         /* .metadata or *.metadata: published after the files it names */
+    char *link_wait;       /* a symlink (is_commit too): published after the files staged
+                              before it at or below this store path ("" = any; stage_link.c) */
     int journaled;         /* a record exists in the journal */
     int discard;           /* unlinked: the record says so until the cleanup is done */
     int sealed_in_journal; /* the record says sealed (a write must clear it) */
