@@ -200,7 +200,7 @@ static const struct opt table[] = {
     {"upload-workers", 0, K_INT, F(core.stage.upload_workers), 1, 64, "N", "parallel uploads (8)",
      NULL, NULL},
     {"commit-timeout", 0, K_SECONDS, F(core.stage.commit_timeout), 0, 1e9, "SEC",
-     "how long a .metadata waits for the files it names (600)", NULL, NULL},
+     "how long a .metadata waits without progress for the files it\nnames (600)", NULL, NULL},
     {"rename-dir-max-objects", 0, K_INT, F(core.stage.rename_dir_max_objects), 0, 1000000000, "N",
      "rename a directory on S3 by server-side copies up to N objects\n"
      "below it (100000; 0 = any); above, rename answers EXDEV (mv copies)",

@@ -34,6 +34,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,6 +69,8 @@ int commit_allows(struct stage *st, struct wfile *wf)
     if (wf->commit == WFILE_COMMIT_NONE || wf->commit_version != wf->version) {
         wf->commit = WFILE_COMMIT_WAITING;
         wf->commit_version = wf->version;
+        wf->commit_foreign = 0;
+        wf->commit_pending = wf->commit_missing = LONG_MAX;
         wf->commit_deadline = mono_seconds() + st->cfg.commit_timeout;
         wf->commit_next_check = 0;
         wf->commit_logged = mono_seconds();
@@ -357,6 +360,7 @@ static int check_one(struct stage *st, struct wfile *wf, double now)
     uint64_t version = wf->version;
     unsigned epoch = wf->commit_epoch; /* a rename or a new seal resets the check */
     const char *local = "";
+    long missing = 0; /* named files not on the store (-errno: the store could not say) */
     size_t pending =
         wf->link_wait ? link_pending(st, wf, &local) : local_pending(st, wf, dir, &local);
     if (pending) {
@@ -386,7 +390,6 @@ static int check_one(struct stage *st, struct wfile *wf, double now)
             wf->nneeds = n;
             wf->commit_parsed = 1;
         }
-        long missing = 0;
         size_t n = wf->nneeds;
         if (n) {
             struct wfile_need *needs = copy_needs(wf->needs, n);
@@ -417,6 +420,21 @@ static int check_one(struct stage *st, struct wfile *wf, double now)
         else
             snprintf(why, sizeof why, "%ld of the %zu files it names not on the store (%s)",
                      missing, n, example);
+    }
+    /* The timeout is for waiting in vain: when an upload of this mount into
+     * the directory landed, or fewer named files are missing than at the
+     * last check, the wait made progress and its clock starts over. */
+    if ((pending && wf->commit_pending > (long)pending) ||
+        (!pending && missing > 0 && wf->commit_missing > missing))
+        wf->commit_deadline = now + st->cfg.commit_timeout;
+    if (pending)
+        wf->commit_pending = (long)pending;
+    else if (missing > 0) {
+        wf->commit_missing = missing;
+        if (!wf->commit_foreign) {
+            wf->commit_foreign = 1; /* a close stops waiting (stage_flush) */
+            pthread_cond_broadcast(&st->changed);
+        }
     }
     if (now >= wf->commit_deadline) {
         block(st, wf, why);

@@ -129,8 +129,10 @@ static void seal(struct stage *st, struct wfile *wf)
 
 /* Wait until version v of wf is on the store (lock held, ref held): 0, or
  * -EIO if an upload attempt made after the wait began failed, or the commit
- * timed out. */
-static int wait_published(struct stage *st, struct wfile *wf, uint64_t v, const char *why)
+ * timed out. for_close: a commit file's close also returns 0 once its check
+ * found named files that nobody on this mount is writing (commit.c). */
+static int wait_published(struct stage *st, struct wfile *wf, uint64_t v, const char *why,
+                          int for_close)
 {
     unsigned attempts = wf->attempts;
     double start = mono_seconds(), logged = start;
@@ -144,6 +146,14 @@ static int wait_published(struct stage *st, struct wfile *wf, uint64_t v, const 
     while (!(wf->synced_version >= v && !wf->unlinked && !wf->attrs_landings)) {
         if (wf->unlinked)
             break; /* removed meanwhile: nothing left to wait for */
+        if (for_close && wf->commit == WFILE_COMMIT_WAITING && wf->commit_version == v &&
+            wf->commit_foreign) {
+            log_info("close: %s names files that are neither on the store nor written through "
+                     "this mount yet: close returns, and it is published once they are there "
+                     "(a sync waits for it)",
+                     wf->path);
+            break;
+        }
         if ((wf->commit == WFILE_COMMIT_BLOCKED && wf->commit_version == wf->version) ||
             (wf->attempts > attempts && wf->error) || st->stopping) {
             rc = -EIO;
@@ -603,7 +613,7 @@ int stage_flush(struct stage *st, struct wfile *wf)
     if (!wf->unlinked && wf->version != wf->seal_version)
         seal(st, wf);
     if (wf->is_commit && st->cfg.fsync_remote && !wf->unlinked)
-        rc = wait_published(st, wf, wf->seal_version, "close");
+        rc = wait_published(st, wf, wf->seal_version, "close", 1);
     else if (wf->error && !wfile_clean(wf))
         rc = -EIO;
     pthread_mutex_unlock(&st->lock);
@@ -645,7 +655,7 @@ int stage_fsync(struct stage *st, struct wfile *wf)
     } else {
         if (wf->version != wf->seal_version)
             seal(st, wf);
-        rc = wait_published(st, wf, wf->seal_version, "fsync");
+        rc = wait_published(st, wf, wf->seal_version, "fsync", 0);
     }
     pthread_mutex_unlock(&st->lock);
     return rc;
@@ -699,7 +709,7 @@ int stage_rename(struct stage *st, const char *from, const char *to)
     pthread_cond_broadcast(&st->changed);
     int rc = 0;
     if (st->cfg.fsync_remote && was_fsynced_held && !wf->held)
-        rc = wait_published(st, wf, wf->seal_version, "rename");
+        rc = wait_published(st, wf, wf->seal_version, "rename", 0);
     wfile_unref(st, wf);
     pthread_mutex_unlock(&st->lock);
     return rc;

@@ -144,6 +144,13 @@ struct wfile {
     double commit_deadline, commit_next_check, commit_logged;
     int commit_parsed;     /* needs[] filled (or the .metadata could not be parsed) */
     unsigned commit_epoch; /* bumped by commit_reset: a check that unlocked starts over */
+    /* The last check found files it names missing on the store while no file
+     * of this mount in its directory was pending: someone else (another node,
+     * or this writer's later files: cp -r copies .metadata first) must write
+     * them, so a close does not wait for them (stage_flush). */
+    int commit_foreign;
+    long commit_pending; /* this mount's files not uploaded at the last check */
+    long commit_missing; /* named files missing on the store at the last check */
     struct wfile_need *needs;
     size_t nneeds;
 };

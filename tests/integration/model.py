@@ -820,9 +820,15 @@ class Run:
         mine = [p for p in md.files_below(d)
                 if owner(p) == m and not is_held(p) and not is_commit(p)]
         if self.fsync == "remote":
-            # close (and the rename of an fsynced held file) waits until it is on the store
-            self.check_store_files([meta] + mine, f"commit of {meta} (remote)")
-            self._synced([meta] + mine)
+            # close (and the rename of an fsynced held file) waits until it is on the store;
+            # but a close returns once its check found a named file missing on the store
+            # while this mount had nothing left to upload below d (§2: the other node's
+            # file may not be there yet), so with such a file only mine are certain
+            other = [q for q, _ in md.named(meta)
+                     if owner(q) != m and not (q in md.files and md.files[q].clean)]
+            sure = mine if other and not via_tmp else [meta] + mine
+            self.check_store_files(sure, f"commit of {meta} (remote)")
+            self._synced(sure)
         self.check_view(m)
         self.check_store_step()
 

@@ -115,3 +115,34 @@ def test_two_mounts_as_two_nodes_commit_after_all_shards(wstore, mounter, fsync)
     fresh = mounter(wstore)
     load = workload("load", fresh.p(ck))
     assert load["bytes"] == save["bytes"]
+
+
+
+FIXTURES = os.environ.get("CKPTFS_FIXTURES",
+                          os.path.join(os.path.dirname(harness.REPO_ROOT), "shared", "fixtures"))
+
+
+@pytest.mark.parametrize("fsync", ["remote", "staged"])
+def test_copy_of_a_checkpoint_with_metadata_first(wstore, mounter, fsync):
+    """cp -r and rsync copy `.metadata` before the shards (it sorts first): every close
+    returns 0 (in remote mode the close of a commit file waited for shards only this same
+    copy would write next, until --commit-timeout, then failed with EIO), a sync then waits
+    for the commit, and the store never lists `.metadata` before every shard (semantics.md
+    §2, §6)."""
+    src = os.path.join(FIXTURES, "dcp-torch1.13", "per_item")
+    names = sorted(os.listdir(src))
+    assert names[0] == ".metadata" and len(names) > 2, names
+    m = mounter(wstore, f"--fsync={fsync}", "--commit-timeout=5")
+    ck = "copied/step_1"
+    os.makedirs(m.p(ck))
+    with StorePoller(wstore, ck) as poll:
+        for n in names:
+            with open(os.path.join(src, n), "rb") as f, open(m.p(f"{ck}/{n}"), "wb") as g:
+                g.write(f.read())  # the close raises OSError(EIO) if it timed out
+        m.sync(timeout=120)
+    check_commit_order(wstore, poll, ck)
+    m.close()
+    fresh = mounter(wstore)
+    for n in names:
+        with open(os.path.join(src, n), "rb") as a, open(fresh.p(f"{ck}/{n}"), "rb") as b:
+            assert a.read() == b.read(), n

@@ -84,8 +84,10 @@ Test(commit_hf, index_json_naming_a_missing_shard_times_out)
     snprintf(path, sizeof path, "%s/model.safetensors.index.json", HF);
     size_t n;
     char *b = slurp(path, &n);
-    write_closing("hf/model.safetensors.index.json", (unsigned char *)b, n, 4096, -EIO);
+    /* the close returns (nobody here writes the missing shard); the sync fails */
+    write_closing("hf/model.safetensors.index.json", (unsigned char *)b, n, 4096, 0);
     free(b);
+    cr_assert_eq(stage_sync(st, ""), -EIO);
     cr_assert_not(stored("hf/model.safetensors.index.json"), "published anyway");
 }
 
