@@ -53,6 +53,14 @@ static int check_name(struct core *core, const char *spath)
     return s->ops->check_name ? s->ops->check_name(s, spath) : 0;
 }
 
+/* A new file or link may be made at spath: its name fits the store and its
+ * parent is a directory (0, or check_name's or check_parent's error). */
+static int check_new_entry(struct core *core, const char *spath)
+{
+    int rc = check_name(core, spath);
+    return rc < 0 ? rc : check_parent(core, spath);
+}
+
 /* An entry was created, removed or renamed at spath: its directory changed
  * now (POSIX; the store may not show it, dirtime.h). */
 static void entry_changed(struct core *core, const char *spath)
@@ -70,10 +78,7 @@ int core_create_file(struct core *core, const char *path, int flags, struct core
     if (!core->stage)
         return -EROFS;
     const char *spath = core_store_path(path);
-    int rc = check_name(core, spath);
-    if (rc < 0)
-        return rc;
-    rc = check_parent(core, spath);
+    int rc = check_new_entry(core, spath);
     if (rc < 0)
         return rc;
     struct wfile *wf;
@@ -534,10 +539,7 @@ int core_symlink(struct core *core, const char *target, const char *path,
     if (len > STORE_LINK_MAX)
         return -ENAMETOOLONG;
     const char *spath = core_store_path(path);
-    int rc = check_name(core, spath);
-    if (rc < 0)
-        return rc;
-    rc = check_parent(core, spath);
+    int rc = check_new_entry(core, spath);
     if (rc < 0)
         return rc;
     struct store_stat st;

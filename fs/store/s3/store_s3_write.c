@@ -883,12 +883,7 @@ int s3_store_mkdir(struct store *base, const char *path)
      * directory exists for every mount of the bucket before a file is in it:
      * DCP's coordinator makes the checkpoint directory, and the other nodes'
      * ranks create their shard files in it. */
-    struct s3_request rq = {.what = "PUT",
-                            .method = "PUT",
-                            .key = prefix,
-                            .max_retries = s->max_retries,
-                            .counter = &s->base.counters.put_requests};
-    int rc = s3_client_call(s->client, &rq);
+    int rc = put_marker(s, prefix, NULL);
     free(prefix);
     return rc;
 }
