@@ -61,6 +61,17 @@ def store(request, tmp_path):
     return harness.DirStore(str(tmp_path / "store"))
 
 
+@pytest.fixture(params=["s3", "dir"])
+def both_stores(request, tmp_path):
+    """s3rver and a local directory, whatever CKPTFS_IT_STORES selects: for rules that
+    differ by store (attributes as S3 metadata or the files' own, links as s3fs objects or
+    real links)."""
+    if request.param == "s3":
+        srv = request.getfixturevalue("s3server")
+        return harness.S3Store(srv, harness.unique_prefix(request.node.name))
+    return harness.DirStore(str(tmp_path / "store"))
+
+
 def mount_maker(workdir):
     """A mounter for one test: (make, close_all). make(store, *args, endpoint=None, env=None,
     **kw) starts a Mount in workdir; close_all() unmounts them all and fails the test if a

@@ -840,3 +840,22 @@ def errno_of(fn):
     except OSError as e:
         return e.errno
     return None
+
+
+def tree_snapshot(root):
+    """{relpath: (type, mode, mtime_ns, content), or ("link", target, mtime_ns)} of
+    everything below root (root's own time and mode left out: the tools that fill a
+    directory set those): what rsync -a, cp -a and tar must round-trip."""
+    import stat
+    out = {}
+    for d, dirs, files in os.walk(root):
+        for n in dirs + files:
+            p = os.path.join(d, n)
+            st = os.lstat(p)
+            if stat.S_ISLNK(st.st_mode):
+                out[os.path.relpath(p, root)] = ("link", os.readlink(p), st.st_mtime_ns)
+                continue
+            body = open(p, "rb").read() if stat.S_ISREG(st.st_mode) else None
+            out[os.path.relpath(p, root)] = (stat.S_IFMT(st.st_mode), stat.S_IMODE(st.st_mode),
+                                             st.st_mtime_ns, body)
+    return out

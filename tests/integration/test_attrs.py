@@ -23,14 +23,6 @@ PAST = 1_500_000_000  # 2017-07-14, whole seconds (tar keeps seconds)
 PAST_NS = 1_400_000_000_123_456_789
 
 
-@pytest.fixture(params=["s3", "dir"])
-def astore(request, tmp_path):
-    """The two stores attributes live on: S3 metadata (s3rver) and a local directory."""
-    if request.param == "s3":
-        srv = request.getfixturevalue("s3server")
-        return harness.S3Store(srv, harness.unique_prefix(request.node.name))
-    return harness.DirStore(str(tmp_path / "store"))
-
 
 def exact(store):
     """Mount options for a fresh mount to see attributes other mounts set: on S3 a listing
@@ -44,20 +36,20 @@ def attrs(path):
             st.st_mtime_ns)
 
 
-def test_mode_owner_time_defaults_without_metadata(astore, mounter):
+def test_mode_owner_time_defaults_without_metadata(both_stores, mounter):
     """§13: an object nobody set attributes on shows the defaults (0644, the mounting user)."""
-    astore.put("plain.bin", b"x" * 10)
-    m = mounter(astore)
+    both_stores.put("plain.bin", b"x" * 10)
+    m = mounter(both_stores)
     st = os.stat(m.p("plain.bin"))
     assert stat.S_IMODE(st.st_mode) == 0o644 and (st.st_uid, st.st_gid) == (os.getuid(), os.getgid())
 
 
 @pytest.mark.parametrize("fsync", FSYNC_MODES)
-def test_chmod_chown_utime_are_stored_and_returned(astore, mounter, fsync):
+def test_chmod_chown_utime_are_stored_and_returned(both_stores, mounter, fsync):
     """§13: set on a stored file, on a staged (open)
     file, on a directory: the writing mount shows them at once and after the upload, and
     a fresh mount shows them too."""
-    m = mounter(astore, f"--fsync={fsync}")
+    m = mounter(both_stores, f"--fsync={fsync}")
     with open(m.p("stored.bin"), "wb") as f:
         f.write(b"s" * 1000)
     m.sync()
@@ -78,7 +70,7 @@ def test_chmod_chown_utime_are_stored_and_returned(astore, mounter, fsync):
     assert {n: attrs(m.p(n)) for n in want} == want
     m.sync()
     assert {n: attrs(m.p(n)) for n in want} == want, "after the upload"
-    fresh = mounter(astore, *exact(astore))
+    fresh = mounter(both_stores, *exact(both_stores))
     assert {n: attrs(fresh.p(n)) for n in want} == want, "on a fresh mount"
     assert fresh.p("stored.bin") and open(fresh.p("stored.bin"), "rb").read() == b"s" * 1000
 
@@ -100,48 +92,35 @@ def make_tree(root):
         os.utime(os.path.join(root, d), (PAST + 100 + i, PAST + 100 + i))
 
 
-def tree(root):
-    """{relpath: (type, mode, mtime_ns, content)} of everything below root (root's own
-    time and mode left out: the tools set those of the directory they fill)."""
-    out = {}
-    for d, dirs, files in os.walk(root):
-        for n in dirs + files:
-            p = os.path.join(d, n)
-            st = os.lstat(p)
-            body = open(p, "rb").read() if stat.S_ISREG(st.st_mode) else None
-            out[os.path.relpath(p, root)] = (stat.S_IFMT(st.st_mode), stat.S_IMODE(st.st_mode),
-                                             st.st_mtime_ns, body)
-    return out
-
 
 @pytest.mark.parametrize("fsync", FSYNC_MODES)
-def test_rsync_cp_tar_round_trip_a_tree_exactly(astore, mounter, fsync, tmp_path):
+def test_rsync_cp_tar_round_trip_a_tree_exactly(both_stores, mounter, fsync, tmp_path):
     """rsync -a, cp -a and tar into the mount and back out to local disk give the tree
     back exactly: content, modes, mtimes (§13)."""
     src = str(tmp_path / "src")
     make_tree(src)
-    want = tree(src)
-    m = mounter(astore, f"--fsync={fsync}")
+    want = harness.tree_snapshot(src)
+    m = mounter(both_stores, f"--fsync={fsync}")
     back = tmp_path / "back"
     back.mkdir()
     subprocess.run(["rsync", "-a", src + "/", m.p("rsync") + "/"], check=True)
     subprocess.run(["cp", "-a", src, m.p("cp")], check=True)
     os.mkdir(m.p("tar"))
     subprocess.run(f"tar -C {src} -cf - . | tar -C {m.p('tar')} -xpf -", shell=True, check=True)
-    assert tree(m.p("rsync")) == want
-    assert tree(m.p("cp")) == want
-    assert tree(m.p("tar")) == want
+    assert harness.tree_snapshot(m.p("rsync")) == want
+    assert harness.tree_snapshot(m.p("cp")) == want
+    assert harness.tree_snapshot(m.p("tar")) == want
     subprocess.run(["rsync", "-a", m.p("rsync") + "/", str(back / "rsync") + "/"], check=True)
     subprocess.run(["cp", "-a", m.p("cp"), str(back / "cp")], check=True)
     os.mkdir(back / "tar")
     subprocess.run(f"tar -C {m.p('tar')} -cf - . | tar -C {back / 'tar'} -xpf -", shell=True,
                    check=True)
     for name in ("rsync", "cp", "tar"):
-        assert tree(str(back / name)) == want, name
+        assert harness.tree_snapshot(str(back / name)) == want, name
     m.sync()
-    fresh = mounter(astore, *exact(astore))
+    fresh = mounter(both_stores, *exact(both_stores))
     for name in ("rsync", "cp", "tar"):
-        assert tree(fresh.p(name)) == want, f"{name} on a fresh mount"
+        assert harness.tree_snapshot(fresh.p(name)) == want, f"{name} on a fresh mount"
 
 
 def test_chmod_of_a_large_stored_object_copies_it_onto_itself(dedicated_s3server, mounter):
@@ -230,13 +209,13 @@ def traversable(tmp_path):
         os.chmod(p, mode)
 
 
-def test_several_users_on_one_mount(astore, mounter, traversable):
+def test_several_users_on_one_mount(both_stores, mounter, traversable):
     """docs/operations.md "Several users on one mount": with -o allow_other and
     default_permissions the kernel enforces the stored modes and owners: a file of uid
     1234 is read by uid 4321 as its mode allows and refused otherwise, also on a fresh
     mount."""
-    opts = ["-o", "allow_other,default_permissions", *exact(astore)]
-    m = mounter(astore, *opts)
+    opts = ["-o", "allow_other,default_permissions", *exact(both_stores)]
+    m = mounter(both_stores, *opts)
     os.mkdir(m.p("shared"))
     os.chmod(m.p("shared"), 0o777)
     r = as_user(1234, "sh", "-c", f"umask 022; echo hello > {m.p('shared/mine')}")
@@ -251,16 +230,16 @@ def test_several_users_on_one_mount(astore, mounter, traversable):
     r = as_user(4321, "chmod", "644", m.p("shared/mine"))
     assert r.returncode != 0, "only the owner may change the mode"
     m.sync()
-    fresh = mounter(astore, *opts)
+    fresh = mounter(both_stores, *opts)
     r = as_user(4321, "cat", fresh.p("shared/mine"))
     assert r.returncode != 0 and "Permission denied" in r.stderr, "refused on a fresh mount"
     assert as_user(1234, "cat", fresh.p("shared/mine")).stdout == "hello\n"
 
 
-def test_special_files_and_hard_links_are_refused(astore, mounter):
+def test_special_files_and_hard_links_are_refused(both_stores, mounter):
     """§13: mkfifo and mknod fail with EPERM, link
     with EPERM; a regular file made by mknod works."""
-    m = mounter(astore)
+    m = mounter(both_stores)
     with open(m.p("f"), "wb") as f:
         f.write(b"x")
     for make in (lambda p: os.mkfifo(p), lambda p: os.mknod(p, 0o600 | stat.S_IFCHR, os.makedev(1, 3)),
@@ -337,10 +316,10 @@ def test_attributes_are_s3fs_compatible(s3server, mounter, s3fs_mounter):
 
 
 @pytest.mark.parametrize("fsync", FSYNC_MODES)
-def test_rewriting_a_file_keeps_its_mode_and_owner(astore, mounter, fsync):
+def test_rewriting_a_file_keeps_its_mode_and_owner(both_stores, mounter, fsync):
     """§13: a file opened for writing (appended to, or truncated) keeps the mode and owner
     it had; its time becomes the write's."""
-    m = mounter(astore, f"--fsync={fsync}")
+    m = mounter(both_stores, f"--fsync={fsync}")
     for name in ("appended", "truncated"):
         with open(m.p(name), "wb") as f:
             f.write(b"1" * 100)
@@ -354,7 +333,7 @@ def test_rewriting_a_file_keeps_its_mode_and_owner(astore, mounter, fsync):
     with open(m.p("truncated"), "wb") as f:
         f.write(b"3")
     m.sync()
-    fresh = mounter(astore, *exact(astore))
+    fresh = mounter(both_stores, *exact(both_stores))
     for mnt in (m, fresh):
         for name in ("appended", "truncated"):
             got = attrs(mnt.p(name))

@@ -22,14 +22,6 @@ FSYNC_MODES = ["remote", "staged"]
 LINK_MODE = stat.S_IFLNK | 0o777  # what s3fs writes in x-amz-meta-mode (41471)
 
 
-@pytest.fixture(params=["s3", "dir"])
-def lstore(request, tmp_path):
-    """The two stores links live on: S3 objects in s3fs's convention, real links."""
-    if request.param == "s3":
-        srv = request.getfixturevalue("s3server")
-        return harness.S3Store(srv, harness.unique_prefix(request.node.name))
-    return harness.DirStore(str(tmp_path / "store"))
-
 
 def stored_link(store, rel):
     """The target of the link rel as the store holds it, or None if it is not there."""
@@ -73,44 +65,44 @@ def make_links(root):
 
 
 @pytest.mark.parametrize("fsync", FSYNC_MODES)
-def test_symlink_readlink_lstat_listing_and_following(lstore, mounter, fsync):
+def test_symlink_readlink_lstat_listing_and_following(both_stores, mounter, fsync):
     """§14: a link shows as a link at once (staged), on the store after sync (S3: an object
     holding the target with x-amz-meta-mode S_IFLNK|0777; local: a real link), and on a
     fresh mount without --attrs=exact; rename and unlink of a link; a link in a renamed
     directory; symlink over an existing name is EEXIST."""
-    m = mounter(lstore, f"--fsync={fsync}")
+    m = mounter(both_stores, f"--fsync={fsync}")
     make_links(m.p())
     check_links(m.p())
     with pytest.raises(FileExistsError):
         os.symlink("x", m.p("ck/latest"))
     m.sync()
     check_links(m.p())
-    assert stored_link(lstore, "ck/latest") == "step_2"
-    assert stored_link(lstore, "ck/dangling") == "../nowhere/x"
-    fresh = mounter(lstore)
+    assert stored_link(both_stores, "ck/latest") == "step_2"
+    assert stored_link(both_stores, "ck/dangling") == "../nowhere/x"
+    fresh = mounter(both_stores)
     check_links(fresh.p())
     os.rename(fresh.p("ck/dangling"), fresh.p("ck/dangling2"))
     os.unlink(fresh.p("ck/file.lnk"))
     os.rename(fresh.p("ck"), fresh.p("ck-moved"))  # a stored directory with links in it
     fresh.sync()
-    assert stored_link(lstore, "ck-moved/dangling2") == "../nowhere/x"
-    assert stored_link(lstore, "ck-moved/latest") == "step_2"
-    assert stored_link(lstore, "ck-moved/file.lnk") is None
-    assert stored_link(lstore, "ck/latest") is None
-    again = mounter(lstore)
+    assert stored_link(both_stores, "ck-moved/dangling2") == "../nowhere/x"
+    assert stored_link(both_stores, "ck-moved/latest") == "step_2"
+    assert stored_link(both_stores, "ck-moved/file.lnk") is None
+    assert stored_link(both_stores, "ck/latest") is None
+    again = mounter(both_stores)
     assert os.readlink(again.p("ck-moved/latest")) == "step_2"
     assert open(again.p("ck-moved/latest/w.bin"), "rb").read() == b"w2" * 500
     assert sorted(os.listdir(again.p("ck-moved"))) == ["dangling2", "latest", "step_2"]
     subprocess.run(["ln", "-sfn", "step_2/w.bin", again.p("ck-moved/dangling2")], check=True)
     assert os.readlink(again.p("ck-moved/dangling2")) == "step_2/w.bin"  # replaced
     again.sync()
-    assert stored_link(lstore, "ck-moved/dangling2") == "step_2/w.bin"
+    assert stored_link(both_stores, "ck-moved/dangling2") == "step_2/w.bin"
 
 
-def test_link_is_published_after_the_files_below_its_target(lstore, mounter):
+def test_link_is_published_after_the_files_below_its_target(both_stores, mounter):
     """§14: a link made while a file below its target is still being written reaches the
     store only after that file did, even when later files are already on the store."""
-    m = mounter(lstore, "--fsync=staged")
+    m = mounter(both_stores, "--fsync=staged")
     os.makedirs(m.p("run/step_1"))
     f = open(m.p("run/step_1/shard.bin"), "wb")
     try:
@@ -120,25 +112,25 @@ def test_link_is_published_after_the_files_below_its_target(lstore, mounter):
         with open(m.p("later.bin"), "wb") as g:  # made after the link: not waited for
             g.write(b"l" * 100)
         deadline = time.monotonic() + 30 * harness.slow_factor()
-        while lstore.size("later.bin") is None and time.monotonic() < deadline:
+        while both_stores.size("later.bin") is None and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert lstore.size("later.bin") == 100, "a later file is published meanwhile"
+        assert both_stores.size("later.bin") == 100, "a later file is published meanwhile"
         time.sleep(0.3)  # the link, were it not held, would be sent by now
-        assert stored_link(lstore, "run/latest") is None, "the link went before its target's file"
+        assert stored_link(both_stores, "run/latest") is None, "the link went before its target's file"
         assert os.readlink(m.p("run/latest")) == "step_1", "the mount shows it meanwhile"
     finally:
         f.close()
     m.sync()
-    assert lstore.get("run/step_1/shard.bin") == b"s" * 4096
-    assert stored_link(lstore, "run/latest") == "step_1"
+    assert both_stores.get("run/step_1/shard.bin") == b"s" * 4096
+    assert stored_link(both_stores, "run/latest") == "step_1"
 
 
-def test_a_staged_link_survives_kill9(lstore, mounter, tmp_path):
+def test_a_staged_link_survives_kill9(both_stores, mounter, tmp_path):
     """§14: a link still held back (a file below its target is open) when the daemon is
     killed is journaled as a link: the next mount with the same --cache-dir publishes it
     as a link, not as a file holding its target."""
     cache = str(tmp_path / "cache-crash")
-    a = mounter(lstore, "--fsync=staged", cache_dir=cache)
+    a = mounter(both_stores, "--fsync=staged", cache_dir=cache)
     os.makedirs(a.p("run/step_1"))
     f = open(a.p("run/step_1/shard.bin"), "wb")
     f.write(b"s" * 100)
@@ -150,32 +142,16 @@ def test_a_staged_link_survives_kill9(lstore, mounter, tmp_path):
     except OSError:
         pass  # (the mount is gone)
     a.kill9()  # ... then the dead mount is cleared
-    assert stored_link(lstore, "run/latest") is None
-    b = mounter(lstore, "--fsync=staged", cache_dir=cache)
+    assert stored_link(both_stores, "run/latest") is None
+    b = mounter(both_stores, "--fsync=staged", cache_dir=cache)
     b.sync()
-    assert stored_link(lstore, "run/latest") == "step_1"
+    assert stored_link(both_stores, "run/latest") == "step_1"
     assert os.readlink(b.p("run/latest")) == "step_1"
 
 
-def tree(root):
-    """{relpath: (type, mode, mtime_ns, content), or ("link", target, mtime_ns)} below
-    root."""
-    out = {}
-    for d, dirs, files in os.walk(root):
-        for n in dirs + files:
-            p = os.path.join(d, n)
-            st = os.lstat(p)
-            if stat.S_ISLNK(st.st_mode):
-                out[os.path.relpath(p, root)] = ("link", os.readlink(p), st.st_mtime_ns)
-                continue
-            body = open(p, "rb").read() if stat.S_ISREG(st.st_mode) else None
-            out[os.path.relpath(p, root)] = (stat.S_IFMT(st.st_mode), stat.S_IMODE(st.st_mode),
-                                             st.st_mtime_ns, body)
-    return out
-
 
 @pytest.mark.parametrize("fsync", FSYNC_MODES)
-def test_rsync_cp_tar_round_trip_links(lstore, mounter, fsync, tmp_path):
+def test_rsync_cp_tar_round_trip_links(both_stores, mounter, fsync, tmp_path):
     """§14: rsync -a, cp -a and tar of a tree with links into the mount and back out give
     it back exactly (links as links, their targets; files' content, modes, times)."""
     src = str(tmp_path / "src")
@@ -189,14 +165,14 @@ def test_rsync_cp_tar_round_trip_links(lstore, mounter, fsync, tmp_path):
     for link in ("latest", "abs", "step_1.bin"):  # links have times of their own (lutimes)
         os.utime(os.path.join(src, link), (1_500_000_200, 1_500_000_200), follow_symlinks=False)
     os.utime(os.path.join(src, "step_1"), (1_500_000_100, 1_500_000_100))
-    want = tree(src)
-    m = mounter(lstore, f"--fsync={fsync}")
+    want = harness.tree_snapshot(src)
+    m = mounter(both_stores, f"--fsync={fsync}")
     subprocess.run(["rsync", "-a", src + "/", m.p("rsync") + "/"], check=True)
     subprocess.run(["cp", "-a", src, m.p("cp")], check=True)
     os.mkdir(m.p("tar"))
     subprocess.run(f"tar -C {src} -cf - . | tar -C {m.p('tar')} -xpf -", shell=True, check=True)
     for name in ("rsync", "cp", "tar"):
-        assert tree(m.p(name)) == want, name
+        assert harness.tree_snapshot(m.p(name)) == want, name
     back = tmp_path / "back"
     back.mkdir()
     subprocess.run(["rsync", "-a", m.p("rsync") + "/", str(back / "rsync") + "/"], check=True)
@@ -205,12 +181,12 @@ def test_rsync_cp_tar_round_trip_links(lstore, mounter, fsync, tmp_path):
     subprocess.run(f"tar -C {m.p('tar')} -cf - . | tar -C {back / 'tar'} -xpf -", shell=True,
                    check=True)
     for name in ("rsync", "cp", "tar"):
-        assert tree(str(back / name)) == want, f"{name} back out"
+        assert harness.tree_snapshot(str(back / name)) == want, f"{name} back out"
     m.sync()
     # Links show on any mount; the files' modes and times on S3 with --attrs=exact (§13).
-    fresh = mounter(lstore, *(["--attrs=exact"] if isinstance(lstore, harness.S3Store) else []))
+    fresh = mounter(both_stores, *(["--attrs=exact"] if isinstance(both_stores, harness.S3Store) else []))
     for name in ("rsync", "cp", "tar"):
-        assert tree(fresh.p(name)) == want, f"{name} on a fresh mount"
+        assert harness.tree_snapshot(fresh.p(name)) == want, f"{name} on a fresh mount"
 
 
 def test_lookup_asks_only_small_non_checkpoint_objects(s3server, mounter):

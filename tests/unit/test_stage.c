@@ -343,17 +343,10 @@ static void note_publish(void *arg, const char *path, const struct store_stat *s
     }
 }
 
-Test(stage, metadata_waits_for_every_shard_it_names)
+/* Write every shard of the fixture checkpoint through the stage under ck/
+ * (each closed); their number. */
+static int stage_fixture_shards(void)
 {
-    stage_close(st); /* staged mode: closing the .metadata does not wait */
-    cfg.fsync_remote = 0;
-    cfg.on_publish = note_publish;
-    memset(&published, 0, sizeof published);
-    open_stage();
-    mem_store_set_hook(mem, check_metadata_order, NULL);
-    mem_store_delay(mem, MEM_OP_PUT, 20000);
-    /* .metadata first, then the shards: it must still go last */
-    put_fixture(".metadata", "ck/.metadata", 1);
     DIR *d = opendir(CKPT);
     struct dirent *e;
     int shards = 0;
@@ -366,6 +359,21 @@ Test(stage, metadata_waits_for_every_shard_it_names)
         shards++;
     }
     closedir(d);
+    return shards;
+}
+
+Test(stage, metadata_waits_for_every_shard_it_names)
+{
+    stage_close(st); /* staged mode: closing the .metadata does not wait */
+    cfg.fsync_remote = 0;
+    cfg.on_publish = note_publish;
+    memset(&published, 0, sizeof published);
+    open_stage();
+    mem_store_set_hook(mem, check_metadata_order, NULL);
+    mem_store_delay(mem, MEM_OP_PUT, 20000);
+    /* .metadata first, then the shards: it must still go last */
+    put_fixture(".metadata", "ck/.metadata", 1);
+    int shards = stage_fixture_shards();
     cr_assert_gt(shards, 2);
     cr_assert_eq(stage_sync(st, ""), 0);
     cr_assert(stored("ck/.metadata"));
@@ -399,18 +407,7 @@ Test(stage, metadata_copied_first_in_remote_mode)
     put_fixture(".metadata", "ck/.metadata", 1); /* asserts its close returns 0 */
     cr_assert_lt(now() - t0, 5.0, "the close waited for the timeout");
     cr_assert_not(stored("ck/.metadata"));
-    DIR *d = opendir(CKPT);
-    struct dirent *e;
-    int shards = 0;
-    while ((e = readdir(d))) {
-        if (!strstr(e->d_name, ".distcp"))
-            continue;
-        char as[512];
-        snprintf(as, sizeof as, "ck/%s", e->d_name);
-        put_fixture(e->d_name, as, 1);
-        shards++;
-    }
-    closedir(d);
+    int shards = stage_fixture_shards();
     cr_assert_gt(shards * 0.08, cfg.commit_timeout, "the uploads should outlast the timeout");
     cr_assert_eq(stage_sync(st, ""), 0);
     cr_assert(stored("ck/.metadata"));
