@@ -1,34 +1,33 @@
 /*
  * fs/diskcache/diskfill.c - the background writer of fetched chunks into the
- * disk cache (see diskfill.h): a FIFO of copies under one mutex, one thread
- * draining it with diskcache_put.
+ * disk cache (see diskfill.h): each chunk a copy queued on a one-thread
+ * workq (fs/util/workq.h) that writes it with diskcache_put; the bytes
+ * queued at once are counted against max_bytes.
  */
 #include "diskfill.h"
 
+#include "workq.h"
+
 #include <assert.h>
 #include <errno.h>
-#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-
-struct fill_item {
-    struct fill_item *next;
-    char *path, *etag;
-    uint64_t size, off;
-    size_t len;
-    char data[];
-};
 
 struct diskfill {
     struct diskcache *dc;
     uint64_t max_bytes;
-    pthread_mutex_t lock;
-    pthread_cond_t more;
-    struct fill_item *head, *tail; /* protected by lock */
-    uint64_t queued_bytes;         /* bytes of the items queued (lock) */
-    uint64_t dropped;              /* chunks refused: queue full (lock) */
-    int stopping;                  /* lock */
-    pthread_t thread;
+    struct workq *writer;          /* one thread: chunks are written in order */
+    _Atomic uint64_t queued_bytes; /* bytes of the copies queued, reserved before the copy */
+    _Atomic uint64_t dropped;      /* chunks refused: queue full */
+};
+
+struct fill_item {
+    struct diskfill *f;
+    char *path, *etag;
+    uint64_t size, off;
+    size_t len;
+    char data[];
 };
 
 static void item_free(struct fill_item *it)
@@ -38,29 +37,20 @@ static void item_free(struct fill_item *it)
     free(it);
 }
 
-static void *fill_thread(void *arg)
+static void unreserve(struct diskfill *f, size_t len)
 {
-    struct diskfill *f = arg;
-    pthread_mutex_lock(&f->lock);
-    for (;;) {
-        while (!f->head && !f->stopping)
-            pthread_cond_wait(&f->more, &f->lock);
-        struct fill_item *it = f->head;
-        if (!it)
-            break; /* stopping, and everything queued is written */
-        f->head = it->next;
-        if (!f->head)
-            f->tail = NULL;
-        pthread_mutex_unlock(&f->lock);
-        struct diskcache_version v = {.path = it->path, .etag = it->etag, .size = it->size};
-        (void)diskcache_put(f->dc, &v, it->off, it->data, it->len); /* failures: counted there */
-        pthread_mutex_lock(&f->lock);
-        assert(f->queued_bytes >= it->len);
-        f->queued_bytes -= it->len;
-        item_free(it);
-    }
-    pthread_mutex_unlock(&f->lock);
-    return NULL;
+    uint64_t was = atomic_fetch_sub(&f->queued_bytes, len);
+    assert(was >= len);
+    (void)was;
+}
+
+static void write_item(void *arg)
+{
+    struct fill_item *it = arg;
+    struct diskcache_version v = {.path = it->path, .etag = it->etag, .size = it->size};
+    (void)diskcache_put(it->f->dc, &v, it->off, it->data, it->len); /* failures: counted there */
+    unreserve(it->f, it->len);
+    item_free(it);
 }
 
 int diskfill_create(struct diskcache *dc, uint64_t max_bytes, struct diskfill **out)
@@ -70,30 +60,32 @@ int diskfill_create(struct diskcache *dc, uint64_t max_bytes, struct diskfill **
         return -ENOMEM;
     f->dc = dc;
     f->max_bytes = max_bytes;
-    pthread_mutex_init(&f->lock, NULL);
-    pthread_cond_init(&f->more, NULL);
-    int rc = pthread_create(&f->thread, NULL, fill_thread, f);
+    int rc = workq_create(1, &f->writer);
     if (rc != 0) {
-        pthread_cond_destroy(&f->more);
-        pthread_mutex_destroy(&f->lock);
         free(f);
-        return -rc;
+        return rc;
     }
     *out = f;
     return 0;
 }
 
+/* Reserve len bytes of the queue's bound: 1, or 0 (full: counted). */
+static int reserve(struct diskfill *f, size_t len)
+{
+    uint64_t q = atomic_load(&f->queued_bytes);
+    do {
+        if (q + len > f->max_bytes) {
+            atomic_fetch_add(&f->dropped, 1);
+            return 0;
+        }
+    } while (!atomic_compare_exchange_weak(&f->queued_bytes, &q, q + len));
+    return 1;
+}
+
 int diskfill_put(struct diskfill *f, const struct diskcache_version *v, uint64_t off,
                  const void *buf, size_t len)
 {
-    pthread_mutex_lock(&f->lock);
-    int full = f->queued_bytes + len > f->max_bytes;
-    if (full)
-        f->dropped++;
-    else
-        f->queued_bytes += len; /* reserved before the copy, so the bound holds */
-    pthread_mutex_unlock(&f->lock);
-    if (full)
+    if (!reserve(f, len))
         return -ENOBUFS;
     struct fill_item *it = malloc(sizeof *it + len);
     if (it) {
@@ -103,46 +95,32 @@ int diskfill_put(struct diskfill *f, const struct diskcache_version *v, uint64_t
     if (!it || !it->path || !it->etag) {
         if (it)
             item_free(it);
-        pthread_mutex_lock(&f->lock);
-        f->queued_bytes -= len;
-        pthread_mutex_unlock(&f->lock);
+        unreserve(f, len);
         return -ENOMEM;
     }
-    it->next = NULL;
+    it->f = f;
     it->size = v->size;
     it->off = off;
     it->len = len;
     memcpy(it->data, buf, len);
-    pthread_mutex_lock(&f->lock);
-    if (f->tail)
-        f->tail->next = it;
-    else
-        f->head = it;
-    f->tail = it;
-    pthread_cond_signal(&f->more);
-    pthread_mutex_unlock(&f->lock);
-    return 0;
+    int rc = workq_submit(f->writer, write_item, it);
+    if (rc != 0) {
+        item_free(it);
+        unreserve(f, len);
+    }
+    return rc;
 }
 
 uint64_t diskfill_dropped(struct diskfill *f)
 {
-    pthread_mutex_lock(&f->lock);
-    uint64_t n = f->dropped;
-    pthread_mutex_unlock(&f->lock);
-    return n;
+    return atomic_load(&f->dropped);
 }
 
 void diskfill_destroy(struct diskfill *f)
 {
     if (!f)
         return;
-    pthread_mutex_lock(&f->lock);
-    f->stopping = 1;
-    pthread_cond_signal(&f->more);
-    pthread_mutex_unlock(&f->lock);
-    pthread_join(f->thread, NULL);
-    assert(!f->head && f->queued_bytes == 0);
-    pthread_cond_destroy(&f->more);
-    pthread_mutex_destroy(&f->lock);
+    workq_destroy(f->writer); /* writes what is queued first */
+    assert(atomic_load(&f->queued_bytes) == 0);
     free(f);
 }
