@@ -26,6 +26,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "lmdbenv.h"
 #include "strmap.h"
 
 struct idxdb {
@@ -277,7 +278,7 @@ int idxdb_open(const char *dir, const struct idxdb_options *opt, struct idxdb **
     MDB_txn *txn = NULL;
     if ((rc = mdb_env_set_maxdbs(db->env, 16)) ||
         (rc = mdb_env_set_mapsize(db->env, db->map_size)) ||
-        (rc = mdb_env_open(db->env, dir, MDB_NOTLS | (ro ? MDB_RDONLY : 0), 0644))) {
+        (rc = lmdbenv_open(db->env, dir, MDB_NOTLS | (ro ? MDB_RDONLY : 0), 0644))) {
         rc = dberr(err, rc, dir);
         goto fail;
     }

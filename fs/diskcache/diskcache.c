@@ -8,6 +8,7 @@
 
 #include "crc32c.h"
 #include "fdio.h"
+#include "lmdbenv.h"
 #include "log.h"
 
 #include <assert.h>
@@ -409,7 +410,7 @@ static int open_catalog(struct diskcache *dc, char *err, size_t errlen)
          * and one that a power cut left unreadable is started afresh
          * (diskcache_open); a chunk listed whose bytes were lost fails its
          * checksum. */
-        rc = mdb_env_open(dc->env, path, MDB_NOTLS | MDB_NOSYNC, 0600);
+        rc = lmdbenv_open(dc->env, path, MDB_NOTLS | MDB_NOSYNC, 0600);
     MDB_txn *txn = NULL;
     if (rc == 0)
         rc = mdb_txn_begin(dc->env, NULL, 0, &txn);
@@ -426,9 +427,10 @@ static int open_catalog(struct diskcache *dc, char *err, size_t errlen)
     }
     if (txn)
         mdb_txn_abort(txn);
+    char why[160];
     if (e != 0)
         snprintf(err, errlen, "disk cache catalogue %s: %s", path,
-                 rc != 0 ? mdb_strerror(rc) : strerror(-e));
+                 lmdbenv_strerror(rc != 0 ? rc : -e, path, why, sizeof why));
     return e;
 }
 

@@ -15,6 +15,8 @@
  */
 #include "journal.h"
 
+#include "lmdbenv.h"
+
 #include <errno.h>
 #include <lmdb.h>
 #include <pthread.h>
@@ -323,7 +325,7 @@ int journal_open(const char *dir, struct journal **out, char *err, size_t errlen
     if (!rc)
         rc = mdb_env_set_mapsize(j->env, JOURNAL_MAP_SIZE);
     if (!rc)
-        rc = mdb_env_open(j->env, dir, MDB_NOTLS | MDB_NOMETASYNC, 0600);
+        rc = lmdbenv_open(j->env, dir, MDB_NOTLS | MDB_NOMETASYNC, 0600);
     if (!rc)
         rc = mdb_txn_begin(j->env, NULL, 0, &txn);
     if (!rc)
@@ -339,7 +341,13 @@ int journal_open(const char *dir, struct journal **out, char *err, size_t errlen
     if (!rc)
         rc = read_next_id(j, &j->next_id);
     if (rc) {
-        snprintf(err, errlen, "cannot open the journal in %s: %s", dir, mdb_strerror(rc));
+        char why[160];
+        snprintf(err, errlen, "cannot open the journal in %s: %s%s", dir,
+                 lmdbenv_strerror(rc, dir, why, sizeof why),
+                 rc == ENOSPC || rc == EDQUOT
+                     ? ": writes need room there; free some, give --cache-dir a folder on "
+                       "another disk, or mount --read-only"
+                     : "");
         if (txn)
             mdb_txn_abort(txn);
         mdb_env_close(j->env);
