@@ -250,6 +250,25 @@ def _unescape_mountinfo(s):
     return "".join(out)
 
 
+@contextlib.contextmanager
+def tmpfs(path, size):
+    """A tmpfs of size (mount(8)'s size=, e.g. "2m") mounted on the new folder path for the
+    with block; unmounted after it, even on failure (retried while a daemon that used it
+    is still exiting; lazily, and an AssertionError, if it stays busy)."""
+    os.mkdir(path)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", path], check=True)
+    try:
+        yield path
+    finally:
+        for _ in range(40):
+            if subprocess.run(["umount", path], capture_output=True).returncode == 0:
+                break
+            time.sleep(0.25)
+        else:
+            subprocess.run(["umount", "-l", path], check=True)
+            raise AssertionError(f"{path} still busy after the test: unmounted lazily")
+
+
 def mount_entry(mountpoint):
     """(fstype, source, major:minor) of the topmost mount at mountpoint, or None."""
     # resolve only the parent: stat()ing the mountpoint itself would ask the daemon

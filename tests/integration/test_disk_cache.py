@@ -17,7 +17,6 @@ import os
 import re
 import subprocess
 import threading
-import time
 
 import pytest
 
@@ -208,19 +207,8 @@ def test_bound_holds_under_concurrent_readers(store, mounter):
 @pytest.fixture
 def tiny_dir(tmp_path):
     """A 3 MiB tmpfs (unmounted after the test)."""
-    d = tmp_path / "tiny"
-    d.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(d)], check=True)
-    try:
-        yield str(d)
-    finally:
-        for _ in range(40):  # busy while a daemon that used it is still exiting
-            if subprocess.run(["umount", str(d)], capture_output=True).returncode == 0:
-                break
-            time.sleep(0.25)
-        else:
-            subprocess.run(["umount", "-l", str(d)], check=True)
-            pytest.fail(f"{d} still busy after the test: unmounted lazily")
+    with harness.tmpfs(str(tmp_path / "tiny"), "3m") as d:
+        yield d
 
 
 def test_full_cache_disk_never_fails_a_read(tiny_dir, store, mounter):

@@ -15,8 +15,6 @@ The store is s3rver (a local-directory store keeps no disk cache).
 
 import errno
 import os
-import subprocess
-import time
 
 import pytest
 
@@ -33,19 +31,8 @@ def store(s3server):
 def small_dir(tmp_path):
     """A 2 MiB tmpfs for the cache folder (unmounted after the test, even on failure).
     Tests name it before mounter, so that their mounts are gone when it is unmounted."""
-    d = tmp_path / "small"
-    d.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(d)], check=True)
-    try:
-        yield str(d)
-    finally:
-        for _ in range(40):  # busy while a daemon that used it is still exiting
-            if subprocess.run(["umount", str(d)], capture_output=True).returncode == 0:
-                break
-            time.sleep(0.25)
-        else:
-            subprocess.run(["umount", "-l", str(d)], check=True)
-            pytest.fail(f"{d} still busy after the test: unmounted lazily")
+    with harness.tmpfs(str(tmp_path / "small"), "2m") as d:
+        yield d
 
 
 def fill(folder):
