@@ -889,16 +889,22 @@ static int decode_file(uint32_t f, const MDB_val *v, struct idxdb_file *out)
     return 0;
 }
 
-int idxdb_file_get(struct idxdb_txn *t, uint64_t id, uint32_t file, struct idxdb_file *out)
+/* The record of table dbi under (id, n): 0, CKPT_NOTFOUND or the error. */
+static int get_record(struct idxdb_txn *t, MDB_dbi dbi, uint64_t id, uint32_t n, MDB_val *v)
 {
     unsigned char kb[12];
     be64(kb, id);
-    be32(kb + 8, file);
-    MDB_val k = {12, kb}, v;
-    int rc = mdb_get(t->txn, t->db->file, &k, &v);
-    if (rc)
-        return dberr(NULL, rc, "get");
-    return decode_file(file, &v, out);
+    be32(kb + 8, n);
+    MDB_val k = {12, kb};
+    int rc = mdb_get(t->txn, dbi, &k, v);
+    return rc ? dberr(NULL, rc, "get") : 0;
+}
+
+int idxdb_file_get(struct idxdb_txn *t, uint64_t id, uint32_t file, struct idxdb_file *out)
+{
+    MDB_val v;
+    int rc = get_record(t, t->db->file, id, file, &v);
+    return rc ? rc : decode_file(file, &v, out);
 }
 
 int idxdb_file_find(struct idxdb_txn *t, uint64_t id, const char *name, uint32_t *file)
@@ -1054,13 +1060,10 @@ int idxdb_layout_next(struct idxdb_txn *t, struct idxdb_span *out)
 
 int idxdb_item_get(struct idxdb_txn *t, uint64_t id, uint32_t item, struct idxdb_item *out)
 {
-    unsigned char kb[12];
-    be64(kb, id);
-    be32(kb + 8, item);
-    MDB_val k = {12, kb}, v;
-    int rc = mdb_get(t->txn, t->db->item, &k, &v);
+    MDB_val v;
+    int rc = get_record(t, t->db->item, id, item, &v);
     if (rc)
-        return dberr(NULL, rc, "get");
+        return rc;
     const unsigned char *p = v.mv_data;
     if (v.mv_size < 52)
         return CKPT_EDB;
@@ -1088,13 +1091,10 @@ int idxdb_item_get(struct idxdb_txn *t, uint64_t id, uint32_t item, struct idxdb
 
 int idxdb_tensor_get(struct idxdb_txn *t, uint64_t id, uint32_t tensor, struct idxdb_tensor *out)
 {
-    unsigned char kb[12];
-    be64(kb, id);
-    be32(kb + 8, tensor);
-    MDB_val k = {12, kb}, v;
-    int rc = mdb_get(t->txn, t->db->tensor, &k, &v);
+    MDB_val v;
+    int rc = get_record(t, t->db->tensor, id, tensor, &v);
     if (rc)
-        return dberr(NULL, rc, "get");
+        return rc;
     const unsigned char *p = v.mv_data;
     if (v.mv_size < 20)
         return CKPT_EDB;
