@@ -74,6 +74,24 @@ static int is_elem(xmlNodePtr n, const char *name)
     return n && n->type == XML_ELEMENT_NODE && xmlStrcmp(n->name, BAD_CAST name) == 0;
 }
 
+/* Parse body into a document whose root element is name: the document (the
+ * caller frees it) with *root set, or NULL with *rc a negative errno (-EINVAL
+ * for another root). */
+static xmlDocPtr read_root(const char *body, size_t len, const char *name, xmlNodePtr *root,
+                           int *rc)
+{
+    xmlDocPtr doc = read_doc(body, len, rc);
+    if (!doc)
+        return NULL;
+    *root = xmlDocGetRootElement(doc);
+    if (!is_elem(*root, name)) {
+        xmlFreeDoc(doc);
+        *rc = -EINVAL;
+        return NULL;
+    }
+    return doc;
+}
+
 /* The concatenated text/CDATA children of n (malloc'ed, "" if none). */
 static char *node_text(xmlNodePtr n)
 {
@@ -380,12 +398,10 @@ int s3_xml_parse_list(const char *body, size_t len, struct s3_list_page *page)
 {
     memset(page, 0, sizeof *page);
     int rc;
-    xmlDocPtr doc = read_doc(body, len, &rc);
+    xmlNodePtr root;
+    xmlDocPtr doc = read_root(body, len, "ListBucketResult", &root, &rc);
     if (!doc)
         return rc;
-    xmlNodePtr root = xmlDocGetRootElement(doc);
-    if (!is_elem(root, "ListBucketResult"))
-        rc = -EINVAL;
     struct list_state st = {.page = page};
     for (xmlNodePtr c = root->children; c && rc == 0; c = c->next)
         if (c->type == XML_ELEMENT_NODE)
@@ -406,14 +422,10 @@ int s3_xml_parse_error(const char *body, size_t len, struct s3_error_body *err)
 {
     memset(err, 0, sizeof *err);
     int rc;
-    xmlDocPtr doc = read_doc(body, len, &rc);
+    xmlNodePtr root;
+    xmlDocPtr doc = read_root(body, len, "Error", &root, &rc);
     if (!doc)
         return rc;
-    xmlNodePtr root = xmlDocGetRootElement(doc);
-    if (!is_elem(root, "Error")) {
-        xmlFreeDoc(doc);
-        return -EINVAL;
-    }
     for (xmlNodePtr c = root->children; c; c = c->next) {
         if (is_elem(c, "Code"))
             node_text_to(c, err->code, sizeof err->code);
@@ -449,17 +461,16 @@ int s3_xml_parse_initiate(const char *body, size_t len, char *upload_id, size_t 
     if (cap)
         upload_id[0] = '\0';
     int rc;
-    xmlDocPtr doc = read_doc(body, len, &rc);
+    xmlNodePtr root;
+    xmlDocPtr doc = read_root(body, len, "InitiateMultipartUploadResult", &root, &rc);
     if (!doc)
         return rc;
-    xmlNodePtr root = xmlDocGetRootElement(doc);
     rc = -EINVAL;
-    if (is_elem(root, "InitiateMultipartUploadResult"))
-        for (xmlNodePtr c = root->children; c; c = c->next)
-            if (is_elem(c, "UploadId")) {
-                rc = node_text_fixed(c, upload_id, cap);
-                break;
-            }
+    for (xmlNodePtr c = root->children; c; c = c->next)
+        if (is_elem(c, "UploadId")) {
+            rc = node_text_fixed(c, upload_id, cap);
+            break;
+        }
     if (rc == 0 && !upload_id[0])
         rc = -EINVAL;
     if (rc < 0 && cap)
@@ -592,15 +603,13 @@ int s3_xml_parse_uploads(const char *body, size_t len, struct s3_upload_page *pa
 {
     memset(page, 0, sizeof *page);
     int rc;
-    xmlDocPtr doc = read_doc(body, len, &rc);
+    xmlNodePtr root;
+    xmlDocPtr doc = read_root(body, len, "ListMultipartUploadsResult", &root, &rc);
     if (!doc)
         return rc;
-    xmlNodePtr root = xmlDocGetRootElement(doc);
-    if (!is_elem(root, "ListMultipartUploadsResult"))
-        rc = -EINVAL;
     size_t cap = 0;
     int url_encoded = 0;
-    for (xmlNodePtr c = rc == 0 ? root->children : NULL; c && rc == 0; c = c->next)
+    for (xmlNodePtr c = root->children; c && rc == 0; c = c->next)
         if (c->type == XML_ELEMENT_NODE)
             rc = uploads_child(page, &cap, &url_encoded, c);
     if (rc == 0 && url_encoded)
