@@ -61,6 +61,16 @@ static int check_new_entry(struct core *core, const char *spath)
     return rc < 0 ? rc : check_parent(core, spath);
 }
 
+/* The store path of path, for a change the root cannot take: 0 with *spath
+ * set, -EROFS on a mount that does not write, or root_err for the root. */
+static int dir_change_path(struct core *core, const char *path, int root_err, const char **spath)
+{
+    if (!core->stage)
+        return -EROFS;
+    *spath = core_store_path(path);
+    return **spath ? 0 : root_err;
+}
+
 /* An entry was created, removed or renamed at spath: its directory changed
  * now (POSIX; the store may not show it, dirtime.h). */
 static void entry_changed(struct core *core, const char *spath)
@@ -265,12 +275,10 @@ int core_unlink(struct core *core, const char *path)
 
 int core_mkdir(struct core *core, const char *path)
 {
-    if (!core->stage)
-        return -EROFS;
-    const char *spath = core_store_path(path);
-    if (!*spath)
-        return -EEXIST;
-    int rc = check_parent(core, spath);
+    const char *spath;
+    int rc = dir_change_path(core, path, -EEXIST, &spath);
+    if (rc == 0)
+        rc = check_parent(core, spath);
     if (rc < 0)
         return rc;
     struct store_stat st;
@@ -295,13 +303,11 @@ int core_mkdir(struct core *core, const char *path)
 
 int core_rmdir(struct core *core, const char *path)
 {
-    if (!core->stage)
-        return -EROFS;
-    const char *spath = core_store_path(path);
-    if (!*spath)
-        return -EBUSY;
+    const char *spath;
     struct store_stat st;
-    int rc = core_lookup(core, spath, &st);
+    int rc = dir_change_path(core, path, -EBUSY, &spath);
+    if (rc == 0)
+        rc = core_lookup(core, spath, &st);
     if (rc < 0)
         return rc;
     if (!st.is_dir)
