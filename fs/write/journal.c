@@ -59,6 +59,41 @@ static const char *str_or_empty(const char *s)
     return s ? s : "";
 }
 
+/* Write the n strings of strs: each length as 4 bytes little-endian at
+ * lens + 4 * i, the bytes (no NUL) one after the other from p. Returns the
+ * end of the last. */
+static unsigned char *put_strings(unsigned char *lens, unsigned char *p, const char *const strs[],
+                                  int n)
+{
+    for (int i = 0; i < n; i++) {
+        size_t len = strlen(strs[i]);
+        put_le(lens + 4 * i, len, 4);
+        memcpy(p, strs[i], len);
+        p += len;
+    }
+    return p;
+}
+
+/* Read back what put_strings wrote (p up to end): each string copied into
+ * scratch with a NUL, *strs[i] pointed at it. Returns the end of the last,
+ * or NULL if one is too long, runs past end or holds a NUL. */
+static const unsigned char *get_strings(const unsigned char *lens, const unsigned char *p,
+                                        const unsigned char *end, const char **const strs[], int n,
+                                        char *scratch)
+{
+    for (int i = 0; i < n; i++) {
+        uint64_t len = get_le(lens + 4 * i, 4);
+        if (len > JOURNAL_STR_MAX || len > (uint64_t)(end - p) || memchr(p, 0, len))
+            return NULL;
+        memcpy(scratch, p, len);
+        scratch[len] = '\0';
+        *strs[i] = scratch;
+        scratch += len + 1;
+        p += len;
+    }
+    return p;
+}
+
 size_t journal_encoded_size(const struct journal_rec *r)
 {
     size_t n = HEADER_SIZE + strlen(str_or_empty(r->boot_id)) + strlen(str_or_empty(r->store)) +
@@ -84,14 +119,7 @@ size_t journal_encode(const struct journal_rec *r, unsigned char *buf, size_t ca
     put_le(p + 12, r->seq, 8);
     put_le(p + 20, r->size, 8);
     put_le(p + 28, r->nparts, 4);
-    for (int i = 0; i < 5; i++)
-        put_le(p + 32 + 4 * i, strlen(strs[i]), 4);
-    p += HEADER_SIZE;
-    for (int i = 0; i < 5; i++) {
-        size_t n = strlen(strs[i]);
-        memcpy(p, strs[i], n);
-        p += n;
-    }
+    p = put_strings(p + 32, p + HEADER_SIZE, strs, 5);
     for (uint32_t i = 0; i < r->nparts; i++) {
         const struct journal_part *pt = &r->parts[i];
         size_t n = strlen(pt->etag);
@@ -118,20 +146,10 @@ int journal_decode(const unsigned char *buf, size_t len, struct journal_rec *r,
     r->nparts = (uint32_t)get_le(buf + 28, 4);
     if (r->nparts > STORE_MAX_PARTS || r->nparts > max_parts)
         return -EINVAL;
-    const unsigned char *p = buf + HEADER_SIZE, *end = buf + len;
+    const unsigned char *end = buf + len;
     const char **strs[5] = {&r->boot_id, &r->store, &r->path, &r->upload_key, &r->upload_id};
-    char *s = scratch;
-    for (int i = 0; i < 5; i++) {
-        uint64_t n = get_le(buf + 32 + 4 * i, 4);
-        if (n > JOURNAL_STR_MAX || n > (uint64_t)(end - p) || memchr(p, 0, n))
-            return -EINVAL;
-        memcpy(s, p, n);
-        s[n] = '\0';
-        *strs[i] = s;
-        s += n + 1;
-        p += n;
-    }
-    if (strlen(r->upload_id) >= STORE_UPLOAD_ID_MAX)
+    const unsigned char *p = get_strings(buf + 32, buf + HEADER_SIZE, end, strs, 5, scratch);
+    if (!p || strlen(r->upload_id) >= STORE_UPLOAD_ID_MAX)
         return -EINVAL;
     for (uint32_t i = 0; i < r->nparts; i++) {
         if ((size_t)(end - p) < PART_FIXED)
@@ -553,14 +571,7 @@ size_t journal_dirmv_encode(const struct journal_dirmv *r, unsigned char *buf, s
     buf[2] = (unsigned char)r->flags;
     buf[3] = 0;
     put_le(buf + 4, r->id, 8);
-    unsigned char *p = buf + DIRMV_HEADER;
-    for (int i = 0; i < 3; i++) {
-        size_t n = strlen(strs[i]);
-        put_le(buf + 12 + 4 * i, n, 4);
-        memcpy(p, strs[i], n);
-        p += n;
-    }
-    return (size_t)(p - buf);
+    return (size_t)(put_strings(buf + 12, buf + DIRMV_HEADER, strs, 3) - buf);
 }
 
 int journal_dirmv_decode(const unsigned char *buf, size_t len, struct journal_dirmv *r,
@@ -574,19 +585,9 @@ int journal_dirmv_decode(const unsigned char *buf, size_t len, struct journal_di
     r->id = get_le(buf + 4, 8);
     if (r->phase < JOURNAL_DIRMV_COPYING || r->phase > JOURNAL_DIRMV_UNDOING)
         return -EINVAL;
-    const unsigned char *p = buf + DIRMV_HEADER, *end = buf + len;
+    const unsigned char *end = buf + len;
     const char **strs[3] = {&r->store, &r->from, &r->to};
-    char *s = scratch;
-    for (int i = 0; i < 3; i++) {
-        uint64_t n = get_le(buf + 12 + 4 * i, 4);
-        if (n > JOURNAL_STR_MAX || n > (uint64_t)(end - p) || memchr(p, 0, n))
-            return -EINVAL;
-        memcpy(s, p, n);
-        s[n] = '\0';
-        *strs[i] = s;
-        s += n + 1;
-        p += n;
-    }
+    const unsigned char *p = get_strings(buf + 12, buf + DIRMV_HEADER, end, strs, 3, scratch);
     return p == end && *r->from && *r->to ? 0 : -EINVAL;
 }
 
