@@ -624,71 +624,75 @@ void ckindex_notice_published(struct ckindex *ci, const char *dir,
     submit_job(ci, j);
 }
 
+/* Where item_lookup found byte off of a file: an open read transaction of
+ * the index, the checkpoint's id, the file's number and the item's span. */
+struct item_at {
+    struct idxdb_txn *t;
+    uint64_t id;
+    uint32_t file;
+    struct idxdb_span sp;
+};
+
 /* A read transaction at the item holding byte off of the file at path:
- * 0 with *t open (the caller ends it) and *id, *file, *sp filled; -1 when
- * the file is not in a ready index or no item holds off. */
-static int item_lookup(struct ckindex *ci, const char *path, uint64_t off, struct idxdb_txn **t,
-                       uint64_t *id, uint32_t *file, struct idxdb_span *sp)
+ * 0 with *at filled (the caller ends at->t); -1 when the file is not in a
+ * ready index or no item holds off. */
+static int item_lookup(struct ckindex *ci, const char *path, uint64_t off, struct item_at *at)
 {
     const char *slash = strrchr(path, '/');
     size_t dlen = slash ? (size_t)(slash - path) : 0;
     pthread_mutex_lock(&ci->lock);
     struct ckdir *d = dir_find_locked(ci, path, dlen);
-    *id = d && d->state == DIR_READY ? d->id : 0;
+    at->id = d && d->state == DIR_READY ? d->id : 0;
     pthread_mutex_unlock(&ci->lock);
     struct ckpt_err e = {0};
-    if (!*id || idxdb_begin(ci->db, t, &e) != 0)
+    if (!at->id || idxdb_begin(ci->db, &at->t, &e) != 0)
         return -1;
     pthread_mutex_lock(&ci->lock);
     ci->st.lookups++;
     pthread_mutex_unlock(&ci->lock);
-    if (idxdb_file_find(*t, *id, slash ? slash + 1 : path, file) == 0 &&
-        idxdb_item_at(*t, *id, *file, off, sp) == 0)
+    if (idxdb_file_find(at->t, at->id, slash ? slash + 1 : path, &at->file) == 0 &&
+        idxdb_item_at(at->t, at->id, at->file, off, &at->sp) == 0)
         return 0;
-    idxdb_end(*t);
+    idxdb_end(at->t);
     return -1;
 }
 
 int ckindex_items(struct ckindex *ci, const char *path, uint64_t off, uint64_t budget,
                   struct ckindex_span *out, int max)
 {
-    struct idxdb_txn *t;
-    uint64_t id;
-    uint32_t file;
-    struct idxdb_span sp;
-    if (max < 1 || item_lookup(ci, path, off, &t, &id, &file, &sp) != 0)
+    struct item_at at;
+    if (max < 1 || item_lookup(ci, path, off, &at) != 0)
         return 0;
+    struct idxdb_span sp = at.sp;
     int n = 0;
     uint64_t total = sp.length;
     out[n++] = (struct ckindex_span){sp.offset, sp.length};
-    while (n < max && idxdb_layout_next(t, &sp) == 0 && total + sp.length <= budget) {
+    while (n < max && idxdb_layout_next(at.t, &sp) == 0 && total + sp.length <= budget) {
         total += sp.length;
         out[n++] = (struct ckindex_span){sp.offset, sp.length};
     }
-    idxdb_end(t);
+    idxdb_end(at.t);
     return n;
 }
 
 int ckindex_siblings(struct ckindex *ci, const char *path, uint64_t off, struct ckindex_chunk *out,
                      int max)
 {
-    struct idxdb_txn *t;
-    uint64_t id;
-    uint32_t file;
-    struct idxdb_span sp;
-    if (max < 1 || item_lookup(ci, path, off, &t, &id, &file, &sp) != 0)
+    struct item_at at;
+    if (max < 1 || item_lookup(ci, path, off, &at) != 0)
         return 0;
     int n = 0;
     struct idxdb_item it;
     struct idxdb_tensor tn;
-    if (idxdb_item_get(t, id, sp.item, &it) == 0 && it.kind == CKPT_ITEM_TENSOR &&
-        idxdb_tensor_get(t, id, it.tensor, &tn) == 0) {
+    if (idxdb_item_get(at.t, at.id, at.sp.item, &it) == 0 && it.kind == CKPT_ITEM_TENSOR &&
+        idxdb_tensor_get(at.t, at.id, it.tensor, &tn) == 0) {
         for (uint32_t c = 0; c < tn.nchunks && n < max; c++) {
             struct idxdb_item ch;
             struct idxdb_file f;
             uint32_t item = idxdb_u32(tn.chunk_items, c);
-            if (item == sp.item || idxdb_item_get(t, id, item, &ch) != 0 || ch.file == file ||
-                idxdb_file_get(t, id, ch.file, &f) != 0 || f.name_len >= sizeof out[n].name)
+            if (item == at.sp.item || idxdb_item_get(at.t, at.id, item, &ch) != 0 ||
+                ch.file == at.file || idxdb_file_get(at.t, at.id, ch.file, &f) != 0 ||
+                f.name_len >= sizeof out[n].name)
                 continue;
             memcpy(out[n].name, f.name, f.name_len);
             out[n].name[f.name_len] = '\0';
@@ -698,7 +702,7 @@ int ckindex_siblings(struct ckindex *ci, const char *path, uint64_t off, struct 
             n++;
         }
     }
-    idxdb_end(t);
+    idxdb_end(at.t);
     return n;
 }
 
