@@ -58,7 +58,8 @@ struct mem_store {
     uint64_t calls[MEM_OP_COUNT];
     mem_store_hook_fn hook;
     void *hook_arg;
-    int s3_listings; /* list_below and directory times as the S3 store has them */
+    int s3_listings;         /* list_below and directory times as the S3 store has them */
+    struct store_ops s3_ops; /* with s3_listings: mem_ops and list_below */
     /* progressive reads: bytes "arrive" stream_chunk at a time, stream_us
      * apart; with stream_err, the read fails once stream_fail_at arrived */
     size_t stream_chunk, stream_fail_at;
@@ -826,27 +827,6 @@ static const struct store_ops mem_ops = {
     .destroy = mem_destroy,
 };
 
-/* The same with list_below (mem_store_s3_listings). */
-static const struct store_ops mem_ops_s3_listings = {
-    .scheme = "mem",
-    .stat = mem_stat,
-    .list = mem_list,
-    .list_below = mem_list_below,
-    .read = mem_read,
-    .read_progressive = mem_read_progressive,
-    .put = mem_put,
-    .mpu_begin = mem_mpu_begin,
-    .mpu_part = mem_mpu_part,
-    .mpu_complete = mem_mpu_complete,
-    .mpu_abort = mem_mpu_abort,
-    .mpu_list = mem_mpu_list,
-    .copy = mem_copy,
-    .remove = mem_remove,
-    .mkdir = mem_mkdir,
-    .rmdir = mem_rmdir,
-    .destroy = mem_destroy,
-};
-
 struct mem_store *mem_store_new(void)
 {
     struct mem_store *m = calloc(1, sizeof *m);
@@ -873,7 +853,9 @@ void mem_store_s3_listings(struct mem_store *m)
 {
     pthread_mutex_lock(&m->lock);
     m->s3_listings = 1;
-    m->base.ops = &mem_ops_s3_listings;
+    m->s3_ops = mem_ops;
+    m->s3_ops.list_below = mem_list_below;
+    m->base.ops = &m->s3_ops;
     pthread_mutex_unlock(&m->lock);
 }
 
