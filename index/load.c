@@ -136,14 +136,20 @@ static void listing_free(struct listing *l)
     memset(l, 0, sizeof(*l));
 }
 
-static int list_dir(const struct ckpt_io *io, const char *dir, struct listing *l)
+/* The entries of dir into *l: 0 or a negative errno, said in err ("cannot
+ * list ...") unless err is NULL. */
+static int list_dir(const struct ckpt_io *io, const char *dir, struct listing *l,
+                    struct ckpt_err *err)
 {
     memset(l, 0, sizeof(*l));
     int rc = io->list(io->ctx, dir, listing_add, l);
     if (!rc && l->oom)
         rc = -ENOMEM;
-    if (rc)
+    if (rc) {
         listing_free(l);
+        ckpt_err_set(err, rc, CKPT_NOPOS, "cannot list '%s': %s", *dir ? dir : ".",
+                     ckpt_strerror(rc));
+    }
     return rc;
 }
 
@@ -164,10 +170,9 @@ static int fill_file_info(const struct ckpt_io *io, const char *dir, struct ckpt
                           struct ckpt_err *err)
 {
     struct listing l;
-    int rc = list_dir(io, dir, &l);
+    int rc = list_dir(io, dir, &l, err);
     if (rc)
-        return ckpt_err_set(err, rc, CKPT_NOPOS, "cannot list '%s': %s", *dir ? dir : ".",
-                            ckpt_strerror(rc));
+        return rc;
     struct strmap m;
     if (strmap_init(&m, l.n)) {
         listing_free(&l);
@@ -395,10 +400,9 @@ static int load_dcp_ranks(const struct ckpt_io *io, const char *dir,
                           struct ckpt_err *err)
 {
     struct listing l;
-    int rc = list_dir(io, dir, &l);
+    int rc = list_dir(io, dir, &l, err);
     if (rc)
-        return ckpt_err_set(err, rc, CKPT_NOPOS, "cannot list '%s': %s", *dir ? dir : ".",
-                            ckpt_strerror(rc));
+        return rc;
     struct rank_name *rn = calloc(l.n + 1, sizeof(*rn));
     struct ckpt **parts = calloc(l.n + 1, sizeof(*parts));
     uint32_t n = 0;
@@ -529,11 +533,9 @@ static int load_st(const struct ckpt_io *io, const char *dir, const char *index_
         if (rc)
             goto out;
     } else if (rc == -ENOENT && !index_name) {
-        rc = list_dir(io, dir, &l);
-        if (rc) {
-            ckpt_err_set(err, rc, CKPT_NOPOS, "cannot list '%s': %s", dir, ckpt_strerror(rc));
+        rc = list_dir(io, dir, &l, err);
+        if (rc)
             goto out;
-        }
         names = calloc(l.n + 1, sizeof(char *));
         if (!names) {
             rc = ckpt_err_set(err, -ENOMEM, CKPT_NOPOS, "out of memory");
@@ -598,7 +600,7 @@ static int detect(const struct ckpt_io *io, const char *dir, int *global)
 {
     struct listing l;
     *global = 0;
-    int rc = list_dir(io, dir, &l);
+    int rc = list_dir(io, dir, &l, NULL);
     if (rc)
         return rc;
     int fmt = 0;
@@ -693,7 +695,7 @@ int ckpt_find(const struct ckpt_io *io, const char *root, int max_depth, ckpt_fo
     while (n && !rc) {
         struct walk_frame fr = st[--n];
         struct listing l;
-        rc = list_dir(io, fr.dir, &l);
+        rc = list_dir(io, fr.dir, &l, NULL);
         if (rc) {
             free(fr.dir);
             if (fr.depth > 0 && (rc == -EACCES || rc == -EPERM || rc == -ENOENT)) {
