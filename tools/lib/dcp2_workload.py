@@ -31,8 +31,16 @@ A case this torch lacks is reported {"status": "skip", "reason": ...}; a case th
 saved case, plus `partial_layer` (only one layer's keys of `dtensor`) and `partial_model`
 (the model without optimizer state), `torch_load` (weights_only=True and mmap=True).
 
-  dcp2_workload.py save ROOT --world 4 [--cases a,b] [--scale K] [--local-root DIR]
-  dcp2_workload.py load ROOT --world 3 [--cases a,b] [--scale K] [--then-world 2 --then-root ROOT2]
+  dcp2_workload.py save ROOT --world 4 [--cases a,b] [--scale K | --mb MB --layers L]
+                   [--local-root DIR] [--sync]
+  dcp2_workload.py load ROOT --world 3 [--cases a,b] [--scale K | --mb MB --layers L]
+                   [--then-world 2 --then-root ROOT2]
+
+--mb MB --layers L: instead of the small model above (--scale), L layers of 4 float32
+matrices (attn.qkv, attn.out, mlp.up, mlp.down; rows a multiple of --world), about MB in
+all with their optimizer state (tools/demo's size). --sync (ROOT on a ckptfs mount): after
+each case rank 0 waits until it is all on the store (getxattr user.ckptfs.sync on its
+folder), reported as "durable_s" from the case's start.
 
 --local-root DIR: before the cases, save the timed ones (dtensor, async_thread,
 async_process) into DIR too (a local folder: the blocked times' baseline), reported under
@@ -43,6 +51,8 @@ in the same spawn with the first W2 ranks (a subgroup and its own device mesh) f
 reported under "then". Prints one JSON line (the last line of stdout):
   {"op", "torch", "world", "seconds", "cases": {CASE: {"status", "blocked_s", "total_s",
    "bytes", ...}}, "local": {...}, "then": {...}, "phases": {...}}
+(a load's total_s counts making the state dict and checking every value; load_s, where
+the case is one dcp.load, that call alone)
 exit status 0 unless a rank died (a failing case is in the JSON, not the exit status).
 """
 import argparse
@@ -67,8 +77,15 @@ PARTIAL_LAYER = ("layers.0.attn.qkv.weight", "layers.0.mlp.up.weight")
 HF_SPLIT = {"embed.weight": 1, "head.weight": 2}  # others: file 1 if layers.0, else 2
 
 
-def layout(scale):
-    return [(f, r if "norm" in f else r * scale, c) for f, r, c in MODEL]
+def layout(args):
+    """(fqn, rows, cols) of the model: MODEL (rows x --scale), or --mb/--layers."""
+    if not args.mb:
+        return [(f, r if "norm" in f else r * args.scale, c) for f, r, c in MODEL]
+    cols = 1024
+    per_tensor = max(args.mb * 1_000_000 // (args.layers * 4 * 2), 4096)  # 2: with exp_avg
+    rows = max(per_tensor // (cols * 4) // args.world * args.world, args.world)
+    return [(f"layers.{i}.{part}.weight", rows, cols) for i in range(args.layers)
+            for part in ("attn.qkv", "attn.out", "mlp.up", "mlp.down")]
 
 
 def salt_of(case):
@@ -90,10 +107,10 @@ class Ctx:
     """What a rank's cases share: torch, the mesh, this rank and world (of group: None is
     the default group)."""
 
-    def __init__(self, torch, mesh, rank, world, scale, group=None):
+    def __init__(self, torch, mesh, rank, world, names, group=None):
         self.torch, self.mesh, self.rank, self.world = torch, mesh, rank, world
         self.group = group
-        self.names = layout(scale)
+        self.names = names
         from torch.distributed.tensor import Shard, distribute_tensor
         self.Shard, self.distribute_tensor = Shard, distribute_tensor
 
@@ -197,7 +214,7 @@ def wait_future(fut):
     return fut.result()
 
 
-def save_case(ctx, case, path):
+def save_case(ctx, case, path, sync=False):
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint import FileSystemWriter
     import torch.distributed.checkpoint.state_dict_saver as saver
@@ -271,6 +288,9 @@ def save_case(ctx, case, path):
     out.setdefault("blocked_s", time.monotonic() - t0)
     out["total_s"] = time.monotonic() - t0
     out["bytes"] = saved_bytes(ctx, sd)
+    if sync and ctx.rank == 0:  # until the mount has all of it on the store
+        os.getxattr(path, "user.ckptfs.sync")
+        out["durable_s"] = time.monotonic() - t0
     return out
 
 
@@ -343,6 +363,14 @@ def load_no_collectives(ctx, path, saved_world):
     return n
 
 
+def timed_load(dcp, sd, out, **kw):
+    """dcp.load(sd, **kw); its seconds (the load alone, without making sd or checking it)
+    into out["load_s"]."""
+    t0 = time.monotonic()
+    dcp.load(sd, **kw)
+    out["load_s"] = time.monotonic() - t0
+
+
 def load_case(ctx, case, path, saved_world):
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint import FileSystemReader
@@ -354,24 +382,25 @@ def load_case(ctx, case, path, saved_world):
         feature(os.path.exists(os.path.join(os.path.dirname(dcp.__file__), "hf_storage.py")),
                 f"torch {torch.__version__} has no torch.distributed.checkpoint.hf_storage")
     pg = {"process_group": ctx.group}
+    out = {}
     ctx.torch.distributed.barrier(group=ctx.group)
     t0 = time.monotonic()
     if case in ("dtensor", "async_thread", "async_process", "threads2", "zstd", "overwrite"):
         sd = ctx.state("x", zero=True)
-        dcp.load(sd, storage_reader=FileSystemReader(path), **pg)
+        timed_load(dcp, sd, out, storage_reader=FileSystemReader(path), **pg)
         n = check_state(ctx, sd, salt_of(case))
     elif case == "partial_layer":
         sd = ctx.state("x", zero=True, model_only=True, only=PARTIAL_LAYER)
-        dcp.load(sd, checkpoint_id=path, **pg)
+        timed_load(dcp, sd, out, checkpoint_id=path, **pg)
         n = check_state(ctx, sd, "dtensor", model_only=True, only=PARTIAL_LAYER)
     elif case == "partial_model":
         sd = ctx.state("x", zero=True, model_only=True)
-        dcp.load(sd, checkpoint_id=path, **pg)
+        timed_load(dcp, sd, out, checkpoint_id=path, **pg)
         n = check_state(ctx, sd, "dtensor", model_only=True)
     elif case in ("hf", "hf_consolidated"):
         from torch.distributed.checkpoint.hf_storage import HuggingFaceStorageReader
         sd = ctx.model("x", zero=True)
-        dcp.load(sd, storage_reader=HuggingFaceStorageReader(path), **pg)
+        timed_load(dcp, sd, out, storage_reader=HuggingFaceStorageReader(path), **pg)
         n = check_state(ctx, {"model": sd}, case, model_only=True)
         if case == "hf_consolidated":
             with open(os.path.join(path, "model.safetensors.index.json")) as f:
@@ -400,7 +429,7 @@ def load_case(ctx, case, path, saved_world):
                 n += r * c * 4
     else:
         raise ValueError(f"unknown load case {case}")
-    return {"total_s": time.monotonic() - t0, "bytes": n}
+    return {**out, "total_s": time.monotonic() - t0, "bytes": n}
 
 
 LOAD_DIR = {"partial_layer": "dtensor", "partial_model": "dtensor", "torch_load": "torch_save"}
@@ -496,7 +525,7 @@ def worker(rank, world, port, args, results):
     out = {"cases": {}, "local": {}, "then": {}}
     try:
         mesh = init_device_mesh("cpu", (world,))
-        ctx = Ctx(torch, mesh, rank, world, args.scale)
+        ctx = Ctx(torch, mesh, rank, world, layout(args))
         marks.append(("mesh", time.time()))
         if args.op == "save":
             if "async_process" in args.cases:
@@ -508,7 +537,8 @@ def worker(rank, world, port, args, results):
                     out["local"][case] = run_one(ctx, save_case, case,
                                                  os.path.join(args.local_root, case))
             for case in args.cases:
-                out["cases"][case] = run_one(ctx, save_case, case, os.path.join(args.root, case))
+                out["cases"][case] = run_one(ctx, save_case, case, os.path.join(args.root, case),
+                                             args.sync)
         else:
             for case in load_cases(args.cases):
                 path = os.path.join(args.root, LOAD_DIR.get(case, case))
@@ -520,7 +550,7 @@ def worker(rank, world, port, args, results):
                 group = dist.new_group(list(range(args.then_world)))
                 if rank < args.then_world:
                     mesh2 = DeviceMesh.from_group(group, "cpu")
-                    ctx2 = Ctx(torch, mesh2, dist.get_rank(group), args.then_world, args.scale,
+                    ctx2 = Ctx(torch, mesh2, dist.get_rank(group), args.then_world, layout(args),
                                group=group)
                     for case in load_cases(args.cases):
                         path = os.path.join(args.then_root, LOAD_DIR.get(case, case))
@@ -555,8 +585,9 @@ def merge(per_rank):
                      "bytes": sum(r["bytes"] for r in rs)}
                 if all("started" in r for r in rs):  # wall clock: the first rank's start
                     m["started"] = round(min(r["started"] for r in rs), 3)
-                if any("blocked_s" in r for r in rs):
-                    m["blocked_s"] = round(max(r["blocked_s"] for r in rs), 3)
+                for k in ("blocked_s", "durable_s", "load_s"):  # durable_s: rank 0's only
+                    if any(k in r for r in rs):
+                        m[k] = round(max(r[k] for r in rs if k in r), 3)
             merged[key][case] = m
     return merged
 
@@ -572,6 +603,11 @@ def main():
                     help=f"comma-separated, of {','.join(SAVE_CASES)} (the save's names also "
                          f"for a load)")
     ap.add_argument("--scale", type=int, default=1, help="multiply the tensors' rows")
+    ap.add_argument("--mb", type=int, default=0,
+                    help="instead: a model of --layers layers, about MB with its optimizer state")
+    ap.add_argument("--layers", type=int, default=8, help="with --mb: layers of 4 matrices")
+    ap.add_argument("--sync", action="store_true",
+                    help="save: after each case wait until it is on the store (a ckptfs mount)")
     ap.add_argument("--local-root", default="",
                     help="save: also save the timed cases into this local folder first")
     ap.add_argument("--then-world", type=int, default=0,
