@@ -269,6 +269,20 @@ def tmpfs(path, size):
             raise AssertionError(f"{path} still busy after the test: unmounted lazily")
 
 
+def fill_disk(folder):
+    """Fill folder's file system to the last byte with one file, folder/junk; its path."""
+    junk = os.path.join(folder, "junk")
+    fd = os.open(junk, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        while True:
+            os.write(fd, b"x" * 4096)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    return junk
+
+
 def mount_entry(mountpoint):
     """(fstype, source, major:minor) of the topmost mount at mountpoint, or None."""
     # resolve only the parent: stat()ing the mountpoint itself would ask the daemon

@@ -219,15 +219,7 @@ def test_full_cache_disk_never_fails_a_read(tiny_dir, store, mounter):
     store.put_many(list(want.items()))
     m = mounter(store, "--disk-cache-size", SIZE, "--read-only", cache_dir=tiny_dir)
     m.stats()  # answered: its LMDB files are made (the kernel mount comes before them)
-    junk = os.path.join(tiny_dir, "junk")
-    fd = os.open(junk, os.O_WRONLY | os.O_CREAT, 0o600)
-    try:
-        while True:
-            os.write(fd, b"x" * 4096)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+    junk = harness.fill_disk(tiny_dir)
     try:
         read_all(m, want)
         read_all(m, want)
