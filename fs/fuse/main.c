@@ -212,17 +212,73 @@ static int take_signals(struct fuse *fuse)
     return fuse_set_signal_handlers(fuse_get_session(fuse));
 }
 
-/* Detach unless -f, logging to log_fd (if open) or else syslog once detached: 0, or
- * libfuse's error. */
+/* A detached daemon's pipe to the process that started it (-1: none), and that
+ * process's stderr, where start-up errors are echoed until started(). */
+static int start_pipe = -1, caller_stderr = -1;
+
+/* Detach unless -f: fork; the parent waits for the child's started() and
+ * exits with 0 if the mount started, 1 if not (the reason already echoed on
+ * its stderr), so that mount(8) and scripts see a failed start. The child
+ * logs to log_fd (if open) or else syslog. 0 in the process that goes on, or
+ * -1 after a message. */
 static int detach(const struct options *o, int log_fd)
 {
-    if (fuse_daemonize(o->foreground) != 0)
+    if (o->foreground)
+        return fuse_daemonize(1) != 0 ? -1 : 0; /* chdir("/") */
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) < 0) {
+        perror("ckptfs: pipe");
         return -1;
-    if (log_fd >= 0)
-        dup2(log_fd, STDERR_FILENO);
-    else if (!o->foreground)
+    }
+    pid_t pid = fork();
+    if (pid < 0) {
+        perror("ckptfs: fork");
+        return -1;
+    }
+    if (pid > 0) {
+        close(p[1]);
+        char ok = 0;
+        ssize_t n;
+        while ((n = read(p[0], &ok, 1)) < 0 && errno == EINTR)
+            ;
+        _exit(n == 1 && ok == 1 ? 0 : 1); /* EOF: the daemon died before saying */
+    }
+    close(p[0]);
+    start_pipe = p[1];
+    if (setsid() < 0 || chdir("/") < 0) {
+        perror("ckptfs: detaching");
+        return -1;
+    }
+    caller_stderr = fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 3);
+    int nullfd = open("/dev/null", O_RDWR | O_CLOEXEC);
+    if (nullfd >= 0) {
+        dup2(nullfd, STDIN_FILENO);
+        dup2(nullfd, STDOUT_FILENO);
+        dup2(log_fd >= 0 ? log_fd : nullfd, STDERR_FILENO);
+        close(nullfd);
+    }
+    if (log_fd < 0)
         log_use_syslog(1);
+    log_echo_errors(caller_stderr);
     return 0;
+}
+
+/* Tell the process that started a detached daemon whether the mount started
+ * (ok) and let go of its stderr; nothing in the foreground. */
+static void started(int ok)
+{
+    log_echo_errors(-1);
+    if (start_pipe >= 0) {
+        char c = ok ? 1 : 0;
+        if (write(start_pipe, &c, 1) != 1)
+            log_warn("cannot tell the starting process the mount is %s", ok ? "up" : "down");
+        close(start_pipe);
+        start_pipe = -1;
+    }
+    if (caller_stderr >= 0) {
+        close(caller_stderr);
+        caller_stderr = -1;
+    }
 }
 
 /* Create the core (it starts threads: only after fuse_daemonize forks) on store and log the
@@ -296,8 +352,11 @@ int main(int argc, char **argv)
         goto out_fuse;
     if (take_signals(fuse) != 0)
         goto out_unmount;
-    if (detach(&o, log_fd) < 0 || start_core(&o, store, cache_dir, &core) < 0)
+    if (detach(&o, log_fd) < 0 || start_core(&o, store, cache_dir, &core) < 0) {
+        started(0);
         goto out_signals;
+    }
+    started(1);
     octx.core = core;
     rc = serve(fuse, &o);
 

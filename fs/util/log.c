@@ -5,12 +5,14 @@
 #include "log.h"
 
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <syslog.h>
 #include <time.h>
 
 static enum log_level current_level = LOG_LVL_INFO;
 static int to_syslog;
+static _Atomic int echo_fd = -1; /* errors also go here (log_echo_errors) */
 
 void log_set_level(enum log_level level)
 {
@@ -29,6 +31,11 @@ void log_use_syslog(int on)
         openlog("ckptfs", LOG_PID, LOG_DAEMON);
 }
 
+void log_echo_errors(int fd)
+{
+    echo_fd = fd;
+}
+
 void log_msg(enum log_level level, const char *fmt, ...)
 {
     static const char *names[] = {"error", "warn", "info", "debug"};
@@ -40,6 +47,9 @@ void log_msg(enum log_level level, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    int echo = echo_fd;
+    if (level == LOG_LVL_ERROR && echo >= 0)
+        dprintf(echo, "ckptfs: %s\n", msg);
     if (to_syslog) {
         syslog(prios[level], "%s", msg);
         return;

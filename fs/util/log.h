@@ -11,6 +11,9 @@ enum log_level { LOG_LVL_ERROR = 0, LOG_LVL_WARN = 1, LOG_LVL_INFO = 2, LOG_LVL_
 
 void log_set_level(enum log_level level);
 void log_use_syslog(int on);
+/* Also write error lines ("ckptfs: MESSAGE") to fd, until called with -1: a
+ * daemon's start-up errors on the terminal of whoever started it. */
+void log_echo_errors(int fd);
 enum log_level log_get_level(void);
 void log_msg(enum log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

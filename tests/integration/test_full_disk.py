@@ -15,6 +15,8 @@ The store is s3rver (a local-directory store keeps no disk cache).
 
 import errno
 import os
+import subprocess
+import time
 
 import pytest
 
@@ -151,3 +153,30 @@ def test_index_build_fails_cleanly_when_the_disk_fills(small_dir, store, mounter
     ix = harness.wait_index(m, "failed", 1)
     read_all(m, want)
     assert ix["ready"] == 0, ix
+
+
+def test_daemon_start_on_a_full_disk_fails_with_the_reason(small_dir, store, tmp_path):
+    """Without -f (as mount(8) runs it) the same refusal is the command's: exit status 1
+    and the reason on its stderr, nothing left mounted (it exited 0 once detached, the
+    reason only in syslog, the mount gone a moment later)."""
+    put_files(store, 4)
+    m = harness.Mount(store.url, str(tmp_path), args=store.mount_args(), env=store.mount_env(),
+                      cache_dir=small_dir)
+    m.command()  # makes the cache folder
+    os.makedirs(m.path)
+    fill(small_dir)
+    cmd = [harness.ckptfs_bin(), "--cache-dir", small_dir, *store.mount_args(), store.url, m.path]
+    try:
+        r = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                           env=m.env, timeout=60)
+    finally:
+        for _ in range(40):  # a daemon that started anyway: unmount it (it then exits)
+            if not harness.mount_entry(m.path):
+                break
+            subprocess.run(["fusermount3", "-u", m.path], capture_output=True)
+            time.sleep(0.25)
+    assert r.returncode == 1, (r.returncode, r.stderr)
+    journal = os.path.join(small_dir, "stage", "journal")
+    assert f"ckptfs: cannot start the write path: cannot open the journal in {journal}: " \
+           f"No space left on device (0 KiB free" in r.stderr, r.stderr
+    assert not harness.mount_entry(m.path)
