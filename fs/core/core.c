@@ -115,7 +115,8 @@ int core_open(struct core *core, const char *path, int flags, struct core_file *
 /* The furthest read asked of another open handle of f's file that ends at off, or
  * within `within` bytes before it with the bytes between cached (the kernel
  * skipped them): where a read stream of the file's page cache ended. 0 if
- * none. Reads other handles' read fronts without their locks (atomics). */
+ * none. Reads other handles' read fronts without their locks (atomics);
+ * called with f->ra_lock held: takes files_lock (a leaf), then the cache's. */
 static uint64_t stream_of_others(struct core *core, struct core_file *f, uint64_t off,
                                  uint64_t within)
 {
