@@ -112,6 +112,29 @@ int core_open(struct core *core, const char *path, int flags, struct core_file *
     return 0;
 }
 
+/* The furthest read asked of another open handle of f's file that ends at off, or
+ * within `within` bytes before it with the bytes between cached (the kernel
+ * skipped them): where a read stream of the file's page cache ended. 0 if
+ * none. Reads other handles' read fronts without their locks (atomics);
+ * called with f->ra_lock held: takes files_lock (a leaf), then the cache's. */
+static uint64_t stream_of_others(struct core *core, struct core_file *f, uint64_t off,
+                                 uint64_t within)
+{
+    uint64_t best = 0;
+    pthread_mutex_lock(&core->files_lock);
+    for (struct core_file *g = core->files; g; g = g->next) {
+        if (g == f || g->obj != f->obj)
+            continue;
+        uint64_t e = atomic_load(&g->asked_front);
+        if (e > 0 && e <= off && off - e <= within && e > best)
+            best = e;
+    }
+    pthread_mutex_unlock(&core->files_lock);
+    if (best && best < off && !cache_has(core->cache, f->obj, best, off))
+        return 0;
+    return best;
+}
+
 /* Index-guided prefetch: when the file belongs to an indexed checkpoint and
  * a read enters a new item, ask the index for the item and the ones after it
  * that the rule (prefetch.h) may speculate on, and fetch what it says in
@@ -130,6 +153,15 @@ static int prefetch_items(struct core *core, struct core_file *f, uint64_t off, 
     uint64_t probe, from = prefetch_stream_before(&f->pf, off, f->pf.overshoot);
     if (!from || !cache_has(core->cache, f->obj, from, off))
         from = off;
+    if (!prefetch_is_end(&f->pf, from) && prefetch_leaves_item(&f->pf, off)) {
+        /* ... or a stream another handle of the file ended (the kernel sends
+         * its readahead on the handle of whichever reader hit its mark) */
+        uint64_t e = stream_of_others(core, f, off, f->pf.overshoot);
+        if (e) {
+            prefetch_adopt_end(&f->pf, e);
+            from = e;
+        }
+    }
     if (!prefetch_read_after(&f->pf, off, len, from, &probe))
         return prefetch_planned(&f->pf);
     struct ckindex_span sp[64];
@@ -156,6 +188,9 @@ static int prefetch_items(struct core *core, struct core_file *f, uint64_t off, 
     if (prefetch_confirmed(&f->pf))
         *entered = cur.offset; /* a read is in this item for sure: its siblings are wanted */
     for (int i = 0; i < k; i++) {
+        log_debug("prefetch: %s item %llu+%llu: fetch %llu+%llu", path,
+                  (unsigned long long)cur.offset, (unsigned long long)cur.length,
+                  (unsigned long long)out[i].offset, (unsigned long long)out[i].length);
         if (out[i].offset < cur.offset + cur.length) /* the item being read: now */
             cache_prefetch(core->cache, f->obj, out[i].offset, out[i].length);
         else /* speculation: only while readers keep up */
@@ -297,14 +332,21 @@ ssize_t core_read(struct core *core, struct core_file *f, void *buf, size_t len,
     if (len > size - off)
         len = (size_t)(size - off);
     uint64_t entered = UINT64_MAX;
+    log_debug("read: %s %llu+%zu", cache_obj_path(f->obj), (unsigned long long)off, len);
+    for (uint64_t end = off + len, at = atomic_load(&f->asked_front);
+         end > at && !atomic_compare_exchange_weak(&f->asked_front, &at, end);)
+        ;
     pthread_mutex_lock(&f->ra_lock);
     if (!prefetch_items(core, f, off, len, &entered)) {
         uint64_t ahead_off, ahead_len;
         unsigned streams = atomic_load(&core->streams) + (f->streaming ? 0 : 1);
         readahead_set_max(&f->ra, stream_share(core, streams));
         readahead_advise(&f->ra, off, len, size, &ahead_off, &ahead_len);
-        if (ahead_len)
+        if (ahead_len) {
+            log_debug("readahead: %s fetch %llu+%llu", cache_obj_path(f->obj),
+                      (unsigned long long)ahead_off, (unsigned long long)ahead_len);
             cache_prefetch(core->cache, f->obj, ahead_off, ahead_len);
+        }
     } else {
         /* the item rule has it: a window left from streaming a larger item
          * must not make release_behind drop this item's fetched blocks */

@@ -78,7 +78,8 @@ struct core_file {
     pid_t opener_thread;   /* the thread that opened it for writing (0: unknown) ... */
     pid_t opener;          /* ... and its process: only a close from that process seals */
     int fd;                /* >= 0: the store gave a file descriptor; reads bypass the cache */
-    atomic_uint_fast64_t read_front; /* the end of the furthest read so far */
+    atomic_uint_fast64_t read_front;  /* the end of the furthest read so far */
+    atomic_uint_fast64_t asked_front; /* ... asked for so far (set as a read arrives) */
     struct stat fd_st; /* fd's attributes at open: changed since, the version is gone */
     pthread_mutex_t ra_lock;
     struct readahead ra;  /* protected by ra_lock */

@@ -42,17 +42,25 @@ static void keep_listing_after_close(struct core *core, const struct core_file *
  * The cost: bytes several ranks read cross FUSE once per rank instead of
  * once into the shared page cache. torch 2.x loads a whole tensor (and a
  * bytes item) on every rank, so a file of such items read direct crossed
- * FUSE 4.9 times for 4 ranks, and full loads of it took 1.1-1.7x as long
- * (docs/bench-load.md, "Direct reads of checkpoint data files"); a chunk of
- * a sharded tensor is read by the rank that overlaps it. So by default
- * (sharded) a file is read direct when at most 1/SHARED_MAX_PART of its
- * item bytes are items every rank reads, as the checkpoint's index says;
- * a file the index does not know (yet: waited for up to 1 s, or failed)
- * keeps the page cache, as before. --direct-reads all/none override.
- * Direct files still pay for torch's re-reads of parts of an item (its zip
- * directory, buffer refills after seeks): 1.9-2.1x the bytes through FUSE
- * for DTensor chunks, answered from the block cache (no extra GETs). */
+ * FUSE 4.9 times for 4 ranks (docs/bench-load.md, "Direct reads of
+ * checkpoint data files"); a chunk of a sharded tensor is read by the rank
+ * that overlaps it. What the page cache costs a partial load is one kernel
+ * readahead window (and a reader's buffer) past the last item it reads in
+ * each file: next to an item of PAGE_CACHE_ITEM_WINDOWS windows or more that
+ * is at most 1/16 (+ 128 KiB) of it, next to the 1-4 MiB tensors of a small
+ * model 30-50% of a layer. So by default (sharded) a file keeps the page cache
+ * only when more than 1/SHARED_MAX_PART of its item bytes are whole tensors
+ * or bytes items every rank reads that are that long (the large weights of a
+ * real model); the rest is read direct: chunks of sharded tensors, and files
+ * of small whole tensors, whose full loads cross FUSE once per rank (the
+ * price of partial loads within 1.10x). A file the index does not know (yet:
+ * waited for up to 1 s, or failed) keeps the page cache, as before.
+ * --direct-reads all/none override. Direct files still pay for torch's
+ * re-reads of parts of an item (its zip directory, buffer refills after
+ * seeks): 1.9-2.1x the bytes through FUSE for DTensor chunks, answered from
+ * the block cache (no extra GETs). */
 #define SHARED_MAX_PART 8
+#define PAGE_CACHE_ITEM_WINDOWS 16
 
 int core_file_direct_reads(const struct core *core, const struct core_file *f)
 {
@@ -68,7 +76,8 @@ int core_file_direct_reads(const struct core *core, const struct core_file *f)
     if (mode == CORE_DIRECT_READS_ALL)
         return 1;
     uint64_t shared, total;
-    if (!core->index || ckindex_file_sharing(core->index, path, 1.0, &shared, &total) != 0)
+    uint64_t large = PAGE_CACHE_ITEM_WINDOWS * (uint64_t)core->cfg.kernel_readahead;
+    if (!core->index || ckindex_file_sharing(core->index, path, 1.0, large, &shared, &total) != 0)
         return 0;
     return shared <= total / SHARED_MAX_PART;
 }

@@ -179,7 +179,8 @@ static const struct opt table[] = {
      "which checkpoint data files (*.distcp) are read around the\n"
      "page cache (no kernel readahead past what a partial load wants;\n"
      "bytes several ranks read cross FUSE once per rank): sharded,\n"
-     "those whose items one rank each loads (default); all; none",
+     "all but those mostly of whole items every rank loads of 16\n"
+     "kernel readahead windows or more (default); all; none",
      set_direct_reads, NULL},
     {"attr-timeout", 0, K_SECONDS, F(core.attr_timeout), 0, 1e9, "SEC",
      "how long attributes and listings are trusted (1)", NULL, NULL},

@@ -734,8 +734,8 @@ static void wait_built(struct ckindex *ci, const char *path, double wait_s)
  * taken to be like them. */
 #define SHARING_SCAN_MAX 65536
 
-int ckindex_file_sharing(struct ckindex *ci, const char *path, double wait_s, uint64_t *shared,
-                         uint64_t *total)
+int ckindex_file_sharing(struct ckindex *ci, const char *path, double wait_s, uint64_t min_len,
+                         uint64_t *shared, uint64_t *total)
 {
     *shared = *total = 0;
     wait_built(ci, path, wait_s);
@@ -763,7 +763,7 @@ int ckindex_file_sharing(struct ckindex *ci, const char *path, double wait_s, ui
             int one = idxdb_item_get(t, id, sp.item, &it) == 0 && it.kind == CKPT_ITEM_TENSOR &&
                       idxdb_tensor_get(t, id, it.tensor, &tn) == 0 && tn.nchunks > 1;
             *total += sp.length;
-            if (!one)
+            if (!one && sp.length >= min_len)
                 *shared += sp.length;
         }
     }

@@ -157,11 +157,11 @@ int ckindex_siblings(struct ckindex *ci, const char *path, uint64_t off, struct 
 
 /* How the items of the file at store path are loaded: *total their bytes,
  * *shared the bytes of those every loading rank reads (whole tensors, bytes
- * items) rather than one rank (a chunk of a tensor saved in several). Waits
- * up to wait_s seconds for an index being built. 0, or -1 when the file is
- * not part of a ready index. */
-int ckindex_file_sharing(struct ckindex *ci, const char *path, double wait_s, uint64_t *shared,
-                         uint64_t *total);
+ * items) rather than one rank (a chunk of a tensor saved in several), counting
+ * only such items at least min_len long. Waits up to wait_s seconds for an
+ * index being built. 0, or -1 when the file is not part of a ready index. */
+int ckindex_file_sharing(struct ckindex *ci, const char *path, double wait_s, uint64_t min_len,
+                         uint64_t *shared, uint64_t *total);
 
 /* 1 if the file at store path is in a checkpoint directory whose index is
  * being built (ckindex_items() will answer once it is ready). */

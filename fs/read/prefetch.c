@@ -27,6 +27,27 @@ uint64_t prefetch_stream_before(const struct prefetch *p, uint64_t off, uint64_t
     return best;
 }
 
+int prefetch_leaves_item(const struct prefetch *p, uint64_t off)
+{
+    return !inside(p, off) || p->tentative;
+}
+
+int prefetch_is_end(const struct prefetch *p, uint64_t end)
+{
+    for (int i = 0; i < PREFETCH_ENDS; i++)
+        if (end > 0 && p->ends[i] == end)
+            return 1;
+    return 0;
+}
+
+void prefetch_adopt_end(struct prefetch *p, uint64_t end)
+{
+    if (end == 0 || prefetch_is_end(p, end))
+        return;
+    p->ends[p->next_end] = end;
+    p->next_end = (p->next_end + 1) % PREFETCH_ENDS;
+}
+
 int prefetch_read(struct prefetch *p, uint64_t off, uint64_t len, uint64_t *probe)
 {
     return prefetch_read_after(p, off, len, off, probe);

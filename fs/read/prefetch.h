@@ -87,6 +87,20 @@ int prefetch_ambiguous(uint64_t off, struct prefetch_span at, struct prefetch_sp
  * and a read at off continues that stream: see prefetch_read_after(). */
 uint64_t prefetch_stream_before(const struct prefetch *p, uint64_t off, uint64_t within);
 
+/* 1 if a read at off would leave the item last entered (or that item is
+ * tentative): only then does whether the read continues a stream matter. */
+int prefetch_leaves_item(const struct prefetch *p, uint64_t off);
+
+/* 1 if a read stream of p ended at end. */
+int prefetch_is_end(const struct prefetch *p, uint64_t end);
+
+/* A read stream of another handle of the same file ended at end: the page
+ * cache is the file's, so the kernel continues that stream with reads it
+ * sends on any handle (the one whose reader hit the readahead mark). Remember
+ * it as one of p's streams, so a read continuing it is taken as an overshoot
+ * (tentative), not as a reader's jump into a new item (fetched whole). */
+void prefetch_adopt_end(struct prefetch *p, uint64_t end);
+
 /* prefetch_read() of a read at off that continues the stream that ended at
  * from (from <= off; from == off: prefetch_read()). */
 int prefetch_read_after(struct prefetch *p, uint64_t off, uint64_t len, uint64_t from,

@@ -3,9 +3,9 @@
  * page cache (core_file_direct_reads, fs/core/files.c): read-only handles of
  * a checkpoint's *.distcp read through the block cache, so that the kernel's
  * readahead does not fetch past what a partial load wants; by default
- * (--direct-reads sharded) only files whose items one rank each loads (a
- * chunk of a sharded tensor), not whole tensors or bytes items every rank
- * reads; nothing else.
+ * (--direct-reads sharded) all but files of whole tensors or bytes items
+ * every rank reads that are long next to the kernel's readahead (16 windows:
+ * there a window past a partial load's last item is little); nothing else.
  */
 #include "core.h"
 #include "mem_store.h"
@@ -25,6 +25,7 @@ static struct core *core;
  * __0_8 the bytes item optim.step), those data files next to it and one of
  * the names in plain/ (no .metadata: not a checkpoint). */
 static int direct_reads_option = CORE_DIRECT_READS_SHARDED; /* the default */
+static uint32_t kernel_readahead;                           /* 0: the default */
 
 static void setup(void)
 {
@@ -44,6 +45,8 @@ static void setup(void)
     cfg.cache_dir = dir;
     cr_assert_eq(cfg.direct_reads, CORE_DIRECT_READS_SHARDED, "the default");
     cfg.direct_reads = direct_reads_option;
+    if (kernel_readahead)
+        cfg.kernel_readahead = kernel_readahead;
     cr_assert_eq(core_create(mem_store_base(mem), &cfg, &core), 0);
 }
 
@@ -81,11 +84,35 @@ Test(direct_reads, sharded_data_files_read_only)
 {
     open_metadata();
     cr_assert_eq(direct("/ck/__0_0.distcp", O_RDONLY), 1, "a chunk of a sharded tensor");
-    cr_assert_eq(direct("/ck/__0_3.distcp", O_RDONLY), 0, "a whole tensor: every rank reads it");
-    cr_assert_eq(direct("/ck/__0_8.distcp", O_RDONLY), 0, "a bytes item: every rank reads it");
+    cr_assert_eq(direct("/ck/__0_3.distcp", O_RDONLY), 1, "a small whole tensor (1259 bytes)");
+    cr_assert_eq(direct("/ck/__0_8.distcp", O_RDONLY), 1, "a small bytes item (431 bytes)");
     cr_assert_eq(direct("/ck/notes.txt", O_RDONLY), 0, "another file of the checkpoint");
     cr_assert_eq(direct("/plain/__0_0.distcp", O_RDONLY), 0, "not in a checkpoint directory");
     cr_assert_eq(direct("/ck/__0_0.distcp", O_RDWR), 0, "a handle that may write");
+}
+
+static void setup_long_items(void)
+{
+    kernel_readahead = 64; /* 16 windows: 1 KiB; whole items longer keep the page cache */
+    setup();
+}
+
+static void teardown_long_items(void)
+{
+    teardown();
+    kernel_readahead = 0;
+}
+
+TestSuite(direct_reads_long, .init = setup_long_items, .fini = teardown_long_items);
+
+/* A whole tensor every rank reads, 16 kernel readahead windows long or more,
+ * keeps the page cache (shared by the ranks); a shorter one is read direct. */
+Test(direct_reads_long, whole_items_of_16_windows_keep_the_page_cache)
+{
+    open_metadata();
+    cr_assert_eq(direct("/ck/__0_0.distcp", O_RDONLY), 1, "a chunk of a sharded tensor");
+    cr_assert_eq(direct("/ck/__0_3.distcp", O_RDONLY), 0, "a whole tensor of 1259 bytes >= 1 KiB");
+    cr_assert_eq(direct("/ck/__0_8.distcp", O_RDONLY), 1, "a bytes item of 431 bytes < 1 KiB");
 }
 
 static void setup_all(void)

@@ -265,3 +265,34 @@ Test(prefetch, read_past_pages_another_reader_brought_in_continues_the_stream)
     cr_assert(prefetch_read(&q, end + 132 * KiB, 128 * KiB, &probe));
     cr_assert_eq(prefetch_enter(&q, item(5), none, 0, out), 1);
 }
+
+/* The page cache is the file's: the kernel continues a readahead stream with
+ * reads on the handle of whichever rank hit its mark, not always the handle
+ * whose read the stream began with. A stream another handle ended, adopted
+ * with prefetch_adopt_end(), makes a read continuing it tentative on this
+ * handle too (its own bytes, not the item whole), as on the first handle. */
+Test(prefetch, a_stream_another_handle_ended_is_continued_tentatively)
+{
+    struct prefetch p;
+    prefetch_init(&p, 256 * MiB, OVERSHOOT);
+    uint64_t probe, end = 5 * ITEM + 4 * KiB; /* another rank's read of item 4's tail ended */
+    struct prefetch_span none[1], out[2];
+    /* this handle read the start of item 2 and nothing near item 5 */
+    cr_assert(prefetch_read(&p, 2 * ITEM, 4 * KiB, &probe));
+    cr_assert_eq(prefetch_enter(&p, item(2), none, 0, out), 1);
+    cr_assert(prefetch_leaves_item(&p, end));
+    cr_assert_not(prefetch_leaves_item(&p, 2 * ITEM + 8 * KiB));
+    cr_assert_not(prefetch_is_end(&p, end));
+    prefetch_adopt_end(&p, end);
+    cr_assert(prefetch_is_end(&p, end));
+    cr_assert(prefetch_read_after(&p, end, 128 * KiB, end, &probe));
+    cr_assert_eq(prefetch_enter(&p, item(5), none, 0, out), 0, "tentative: its own bytes");
+    cr_assert_not(prefetch_confirmed(&p));
+    /* without the adopted end, the same read is a jump: item 5 fetched whole */
+    struct prefetch q;
+    prefetch_init(&q, 256 * MiB, OVERSHOOT);
+    cr_assert(prefetch_read(&q, 2 * ITEM, 4 * KiB, &probe));
+    cr_assert_eq(prefetch_enter(&q, item(2), none, 0, out), 1);
+    cr_assert(prefetch_read(&q, end, 128 * KiB, &probe));
+    cr_assert_eq(prefetch_enter(&q, item(5), none, 0, out), 1);
+}
