@@ -693,6 +693,7 @@ struct diskcache_file {
     pthread_mutex_t lock; /* with checked: waits for a chunk CHECKING */
     pthread_cond_t checked;
     _Atomic uint64_t last_use; /* of its catalogue record, as far as known (touch) */
+    struct timespec mtime;     /* the data file\'s when its chunks were checked (lock) */
     void *map;                 /* the data file mapped, for mincore only; MAP_FAILED */
     uint64_t map_len;
     unsigned refs;               /* opens not closed (dc->files_lock) */
@@ -864,7 +865,11 @@ int diskcache_file_open(struct diskcache *dc, const struct diskcache_version *v,
         if (f->recs[i].len == 0)
             atomic_store(&f->state[i], CHUNK_BAD);
     struct stat st;
-    if (fstat(f->fd, &st) == 0 && st.st_size > 0) {
+    if (fstat(f->fd, &st) == 0)
+        f->mtime = st.st_mtim;
+    else
+        st.st_size = 0;
+    if (st.st_size > 0) {
         f->map_len = (uint64_t)st.st_size < v->size ? (uint64_t)st.st_size : v->size;
         f->map = mmap(NULL, (size_t)f->map_len, PROT_READ, MAP_SHARED, f->fd, 0);
     }
@@ -919,6 +924,24 @@ static int check_chunk(struct diskcache_file *f, uint32_t i, unsigned char *buf)
     return CHUNK_BAD;
 }
 
+/* If f's data file was written since its chunks were checked (its mtime
+ * moved: bytes in the page cache may have changed), check them all again. */
+static void recheck_if_written(struct diskcache_file *f)
+{
+    struct stat st;
+    if (fstat(f->fd, &st) != 0)
+        return; /* the reads fail then, and so the checks */
+    pthread_mutex_lock(&f->lock);
+    if (st.st_mtim.tv_sec != f->mtime.tv_sec || st.st_mtim.tv_nsec != f->mtime.tv_nsec) {
+        f->mtime = st.st_mtim;
+        for (uint32_t i = 0; i < f->nchunks; i++) {
+            unsigned char good = CHUNK_GOOD;
+            atomic_compare_exchange_strong(&f->state[i], &good, CHUNK_UNCHECKED);
+        }
+    }
+    pthread_mutex_unlock(&f->lock);
+}
+
 int diskcache_file_verify(struct diskcache_file *f, uint64_t off, size_t len)
 {
     if (off >= f->size)
@@ -929,6 +952,7 @@ int diskcache_file_verify(struct diskcache_file *f, uint64_t off, size_t len)
         return 1;
     uint32_t first = (uint32_t)(off / DISKCACHE_CHUNK);
     uint32_t last = (uint32_t)((off + len - 1) / DISKCACHE_CHUNK);
+    recheck_if_written(f);
     unsigned char *buf = NULL;
     uint64_t checked = 0;
     int ok = 1;

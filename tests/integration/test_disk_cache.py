@@ -83,6 +83,7 @@ def test_restart_after_write_reads_nothing_from_store(store, mounter):
     s = m2.stats()
     assert s["get_bytes"] == 0, s
     assert s["disk_cache"]["hit_bytes"] >= sum(len(c) for c in want.values()), s["disk_cache"]
+    assert s["disk_cache"]["in_place_reads"] > 0, s["disk_cache"]  # spliced from its files
 
 
 def test_restart_after_read_reads_nothing_from_store(store, mounter):
@@ -139,6 +140,77 @@ def test_flipped_byte_is_detected_and_refetched(store, mounter):
     s = m2.stats()
     assert s["disk_cache"]["checksum_failures"] >= 1, s["disk_cache"]
     assert 0 < s["get_bytes"] < 3 * MiB, s  # that chunk, not the whole file
+
+
+def flip(path, at):
+    """Flip the byte at offset at of path (its mtime moves)."""
+    with open(path, "r+b") as f:
+        f.seek(at)
+        b = f.read(1)
+        f.seek(at)
+        f.write(bytes([b[0] ^ 0x5A]))
+
+
+def forget_pages(path):
+    """Drop path's clean pages from the page cache (a FUSE file's too)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def test_checked_chunk_is_checked_again_once_out_of_page_cache(store, mounter):
+    """A chunk read in place was checked while its bytes came into the page cache; once they
+    left it, the disk may give back other bytes: they are checked again (here a byte flipped
+    on disk with the file's mtime kept, so only the page cache tells), and the reader gets the
+    right content from the store."""
+    want = files(9, [3 * MiB])
+    m = fill_by_reading(mounter, store, want)
+    m2 = remount(mounter, store, m)
+    read_all(m2, want)
+    assert disk(m2)["in_place_reads"] > 0
+    (p,) = data_files(m)
+    st = os.stat(p)
+    flip(p, MiB + 99)
+    os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))
+    forget_pages(p)
+    forget_pages(m2.p("d/f0.bin"))
+    read_all(m2, want)
+    s = m2.stats()
+    assert s["disk_cache"]["checksum_failures"] == 1, s["disk_cache"]
+    assert 0 < s["get_bytes"] < 3 * MiB, s
+
+
+def test_data_file_written_while_mounted_is_checked_again(store, mounter):
+    """A cache data file written by someone else while the mount reads it in place (its mtime
+    moves; the new bytes are in the page cache): its chunks are checked again before the next
+    reply, so a flipped byte is detected and fetched, never served."""
+    want = files(10, [3 * MiB])
+    m = fill_by_reading(mounter, store, want)
+    m2 = remount(mounter, store, m)
+    read_all(m2, want)
+    (p,) = data_files(m)
+    flip(p, 2 * MiB + 7)
+    forget_pages(m2.p("d/f0.bin"))  # the mount's own pages: the next read asks the daemon
+    read_all(m2, want)
+    s = m2.stats()
+    assert s["disk_cache"]["checksum_failures"] == 1, s["disk_cache"]
+    assert 0 < s["get_bytes"] < 3 * MiB, s
+
+
+def test_partial_read_checks_only_the_chunks_it_needs(store, mounter):
+    """A read of a few bytes of a large cached file reads in place only the chunks around
+    them, not the whole file."""
+    want = files(11, [16 * MiB])
+    m = fill_by_reading(mounter, store, want)
+    m2 = remount(mounter, store, m)
+    with open(m2.p("d/f0.bin"), "rb") as f:
+        got = os.pread(f.fileno(), 100, 9 * MiB + 5)
+    assert got == want["d/f0.bin"][9 * MiB + 5:9 * MiB + 105]
+    d = disk(m2)
+    assert d["in_place_reads"] > 0 and 0 < d["hit_bytes"] <= 3 * MiB, d
 
 
 def test_crash_during_fill_serves_only_verified_chunks(store, mounter):
