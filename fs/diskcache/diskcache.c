@@ -583,6 +583,29 @@ static int lookup_chunks(struct diskcache *dc, const struct diskcache_version *v
     return found;
 }
 
+/* The records of whichever of chunks [first, last] of id are listed (the
+ * others' len left 0): 1 if version v has a record, 0 if not, -errno. */
+static int lookup_held(struct diskcache *dc, const struct diskcache_version *v, uint64_t id,
+                       uint32_t first, uint32_t last, struct chunk_rec *recs, uint64_t *last_use)
+{
+    MDB_txn *txn;
+    int rc = mdb_txn_begin(dc->env, NULL, MDB_RDONLY, &txn);
+    if (rc != 0)
+        return mdb_errno(rc);
+    struct obj_head h;
+    int found = obj_get(dc, txn, id, v, &h) == 0;
+    *last_use = found ? h.last_use : 0;
+    for (uint32_t i = first; found && i <= last; i++) {
+        unsigned char key[12];
+        chunk_key(key, id, i);
+        MDB_val k = {sizeof key, key}, val;
+        if (mdb_get(txn, dc->chunks, &k, &val) == 0 && val.mv_size == sizeof *recs)
+            memcpy(&recs[i - first], val.mv_data, sizeof *recs);
+    }
+    mdb_txn_abort(txn);
+    return found;
+}
+
 /* Note a hit's use in the lru order, at most every TOUCH_EVERY_NS per object. */
 static void touch(struct diskcache *dc, const struct diskcache_version *v, uint64_t id,
                   uint64_t last_use)
@@ -673,6 +696,91 @@ int diskcache_read(struct diskcache *dc, const struct diskcache_version *v, uint
     if (rc == 1)
         touch(dc, v, id, last_use);
     return rc;
+}
+
+/* Copy the part of chunk i of the version (record c, data file fd) that falls
+ * in [off, off + len) to buf (which holds that range), checked: 1, or 0 (not
+ * held, or its bytes failed: then dropped). scratch: a chunk's room, or NULL. */
+static int read_piece(struct diskcache *dc, const struct diskcache_version *v, uint64_t id, int fd,
+                      uint32_t i, struct chunk_rec c, uint64_t off, size_t len, char *buf,
+                      unsigned char **scratch)
+{
+    uint64_t base = (uint64_t)i * DISKCACHE_CHUNK;
+    uint64_t want = v->size - base < DISKCACHE_CHUNK ? v->size - base : DISKCACHE_CHUNK;
+    if (fd < 0 || c.len == 0 || c.len != want)
+        return 0;
+    uint64_t from = off > base ? off - base : 0;
+    uint64_t to = off + len < base + c.len ? off + len - base : c.len;
+    int whole = from == 0 && to == c.len; /* read in place, no copy */
+    if (!whole && !*scratch && !(*scratch = malloc(DISKCACHE_CHUNK)))
+        return 0;
+    unsigned char *at = whole ? (unsigned char *)buf + (base - off) : *scratch;
+    if (pread_exact(fd, at, c.len, base) != 0 || crc32c(0, at, c.len) != c.crc) {
+        drop_chunk(dc, v, id, i);
+        return 0;
+    }
+    if (!whole)
+        memcpy(buf + (base + from - off), *scratch + from, to - from);
+    return 1;
+}
+
+int diskcache_read_held(struct diskcache *dc, const struct diskcache_version *v, uint64_t off,
+                        size_t len, void *buf, size_t *lo, size_t *hi)
+{
+    char etag_buf[256];
+    struct diskcache_version plain = plain_version(v, etag_buf, sizeof etag_buf);
+    v = &plain;
+    *lo = 0;
+    *hi = len;
+    if (len == 0 || off + len > v->size)
+        return len == 0;
+    uint64_t id = version_id(v), last_use = 0;
+    uint32_t first = (uint32_t)(off / DISKCACHE_CHUNK);
+    uint32_t last = (uint32_t)((off + len - 1) / DISKCACHE_CHUNK);
+    struct chunk_rec *recs = calloc(last - first + 1, sizeof *recs);
+    int rc = recs ? lookup_held(dc, v, id, first, last, recs, &last_use) : -ENOMEM;
+    int fd = -1;
+    if (rc == 1) {
+        char path[4096];
+        data_path(dc, id, path, sizeof path);
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd >= 0 && last > first) /* the disk reads them all at once, not one by one */
+            (void)posix_fadvise(fd, (off_t)first * DISKCACHE_CHUNK,
+                                (off_t)(last - first + 1) * DISKCACHE_CHUNK, POSIX_FADV_WILLNEED);
+    }
+    unsigned char *scratch = NULL;
+    size_t first_miss = len, miss_end = 0;
+    for (uint32_t i = first; rc >= 0 && i <= last; i++) {
+        uint64_t base = (uint64_t)i * DISKCACHE_CHUNK;
+        size_t at = base > off ? (size_t)(base - off) : 0;
+        size_t end =
+            base + DISKCACHE_CHUNK - off < len ? (size_t)(base + DISKCACHE_CHUNK - off) : len;
+        if (rc == 1 && read_piece(dc, v, id, fd, i, recs[i - first], off, len, buf, &scratch))
+            continue;
+        if (first_miss == len)
+            first_miss = at;
+        miss_end = end;
+    }
+    if (fd >= 0)
+        close(fd);
+    free(recs);
+    free(scratch);
+    if (rc < 0)
+        return rc;
+    *lo = first_miss == len ? len : first_miss;
+    *hi = first_miss == len ? len : miss_end;
+    int all = *lo == *hi;
+    cache_lock(dc);
+    if (all) {
+        dc->st.hits++;
+        dc->st.hit_bytes += len;
+    } else {
+        dc->st.misses++; /* one per read, however many of its chunks were missing */
+    }
+    cache_unlock(dc);
+    if (all || *lo > 0 || *hi < len)
+        touch(dc, v, id, last_use);
+    return all;
 }
 
 /* ---- files held for reads in place --------------------------------------- */

@@ -69,6 +69,15 @@ void diskcache_close(struct diskcache *dc);
 int diskcache_read(struct diskcache *dc, const struct diskcache_version *v, uint64_t off,
                    size_t len, void *buf);
 
+/* Copy into buf what dc holds of [off, off + len) of version v, chunk by
+ * chunk, each checked (a bad one is dropped), with one catalogue look-up and
+ * one open: [*lo, *hi) of buf is left for the caller to fetch (from the first
+ * chunk missing to the end of the last one; lo == hi: all of it was held).
+ * 1 if all was, 0 if not, -errno on an error of the catalogue (lo 0, hi len).
+ * Counts one hit (all held) or one miss. */
+int diskcache_read_held(struct diskcache *dc, const struct diskcache_version *v, uint64_t off,
+                        size_t len, void *buf, size_t *lo, size_t *hi);
+
 /* Keep bytes of version v: off must be a multiple of DISKCACHE_CHUNK and len
  * whole chunks (the last chunk of the object may be short). 0, -ENOSPC
  * (the bounds leave no room), -EEXIST (another version's identity collides),

@@ -734,25 +734,7 @@ static void disk_read(struct cache *c, struct cache_obj *o, uint64_t off, size_t
     if (!c->disk || !o->etag[0])
         return;
     struct diskcache_version v = {.path = o->path, .etag = o->etag, .size = o->size};
-    if (diskcache_read(c->disk, &v, off, len, buf) == 1) { /* all of it: one open, one read-ahead */
-        *lo = *hi = len;
-        return;
-    }
-    size_t first_miss = len, miss_end = 0;
-    for (size_t at = 0; at < len;) {
-        uint64_t pos = off + at;
-        size_t piece = (size_t)(DISKCACHE_CHUNK - pos % DISKCACHE_CHUNK);
-        if (piece > len - at)
-            piece = len - at;
-        if (diskcache_read(c->disk, &v, pos, piece, buf + at) != 1) {
-            if (first_miss == len)
-                first_miss = at;
-            miss_end = at + piece;
-        }
-        at += piece;
-    }
-    *lo = first_miss == len ? len : first_miss;
-    *hi = first_miss == len ? len : miss_end;
+    (void)diskcache_read_held(c->disk, &v, off, len, buf, lo, hi);
 }
 
 /* o's copy in the disk cache, looked up by the first caller (others meanwhile
