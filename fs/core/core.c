@@ -46,6 +46,7 @@ void core_config_defaults(struct core_config *cfg)
     cfg->kernel_readahead = 256u << 10;
     cfg->direct_reads = CORE_DIRECT_READS_SHARDED;
     cfg->workers = 8;
+    cfg->disk_cache_min_free = 5;
     cfg->cache_dir = NULL;
     cfg->writable = 1;
     stage_config_defaults(&cfg->stage);
@@ -467,7 +468,8 @@ static int open_disk_cache(struct core *core)
     char *dir = str_printf("%s/disk-cache", core->cfg.cache_dir);
     if (!dir)
         return -ENOMEM;
-    struct diskcache_config dcc = {.capacity = core->cfg.disk_cache_size, .floor_percent = 5};
+    struct diskcache_config dcc = {.capacity = core->cfg.disk_cache_size,
+                                   .floor_percent = (unsigned)core->cfg.disk_cache_min_free};
     char err[512] = "";
     int rc = diskcache_open(dir, &dcc, &core->disk, err, sizeof err);
     if (rc == -EBUSY) {

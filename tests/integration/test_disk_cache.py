@@ -323,6 +323,21 @@ def test_full_cache_disk_never_fails_a_read(tiny_dir, store, mounter):
     assert "disk cache: cannot keep" in m.log()
 
 
+def test_min_free_leaves_that_much_of_its_disk_free(tiny_dir, store, mounter):
+    """--disk-cache-min-free 60 on a 3 MiB file system: the cache keeps what fits above 60%
+    free and no more (reads of everything still right)."""
+    want = files(12, [MiB, MiB, MiB])
+    store.put_many(list(want.items()))
+    m = mounter(store, "--disk-cache-size", SIZE, "--disk-cache-min-free", "60", "--read-only",
+                cache_dir=tiny_dir)
+    read_all(m, want)
+    d = disk(m)
+    m.close()
+    fs = os.statvfs(tiny_dir)
+    assert fs.f_bavail >= 0.6 * fs.f_blocks - 64 * 1024 / fs.f_frsize, (fs, d)  # LMDB's pages
+    assert d["held_bytes"] < 2 * MiB, d
+
+
 def test_second_mount_on_same_cache_dir_refuses(store, mounter):
     """Two mounts cannot share a disk cache: the second exits with an error naming the
     folder's user."""
