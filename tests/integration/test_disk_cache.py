@@ -213,6 +213,43 @@ def test_partial_read_checks_only_the_chunks_it_needs(store, mounter):
     assert d["in_place_reads"] > 0 and 0 < d["hit_bytes"] <= 3 * MiB, d
 
 
+def test_recovered_staged_file_is_cached_as_the_version_its_upload_made(store, mounter,
+                                                                         faultproxy):
+    """kill -9 while a staged file's upload is held up; the next mount on the same cache dir
+    uploads it from the journal and keeps it as the copy of the version that upload made: a
+    mount after that reads it without a data byte from the store, and once the object is
+    replaced on the store, reads the new content, not the kept copy."""
+    name, content = "d/rec.bin", harness.data(2 * MiB + 3, 1201)
+
+    def hold_puts(req):
+        if req.method == "PUT":
+            time.sleep(3)
+        return "pass"
+
+    slow = faultproxy(store.server.port, policy=hold_puts)
+    m = mounter(store, "--disk-cache-size", SIZE, "--fsync=staged", endpoint=slow.endpoint)
+    os.makedirs(m.p("d"))
+    with open(m.p(name), "wb") as f:
+        f.write(content)
+    assert m.stats()["write"]["pending_files"] > 0  # staged, its upload held up
+    m.kill9()
+    m2 = remount(mounter, store, m, "--fsync=staged")
+    m2.sync()
+    w, d = m2.stats()["write"], disk(m2)
+    assert w["recovered_files"] > 0 and d["adopted_files"] == 1, (w, d)
+    m2.close()
+    m3 = remount(mounter, store, m)
+    read_all(m3, {name: content})
+    s = m3.stats()
+    assert s["get_bytes"] == 0 and s["disk_cache"]["in_place_reads"] > 0, s
+    m3.close()
+    new = harness.data(len(content), 1202)
+    store.put_many([(name, new)])
+    m4 = remount(mounter, store, m)
+    read_all(m4, {name: new})
+    assert m4.stats()["disk_cache"]["hit_bytes"] == 0
+
+
 def test_crash_during_fill_serves_only_verified_chunks(store, mounter):
     """kill -9 while the cache fills, then the second half of each data file zeroed (what a
     power cut could lose of writes the catalogue already lists): the next mount serves only
