@@ -46,6 +46,7 @@ void core_config_defaults(struct core_config *cfg)
     cfg->kernel_readahead = 256u << 10;
     cfg->direct_reads = CORE_DIRECT_READS_SHARDED;
     cfg->workers = 8;
+    cfg->disk_cache_min_free = 5;
     cfg->cache_dir = NULL;
     cfg->writable = 1;
     stage_config_defaults(&cfg->stage);
@@ -322,6 +323,10 @@ static uint64_t stream_share(const struct core *core, unsigned n)
     return share < core->cfg.readahead_max ? share : core->cfg.readahead_max;
 }
 
+static void plan_ahead(struct core *core, struct core_file *f, uint64_t off, size_t len,
+                       uint64_t size);
+static void note_read(struct core *core, struct core_file *f, uint64_t off, uint64_t n);
+
 ssize_t core_read(struct core *core, struct core_file *f, void *buf, size_t len, uint64_t off)
 {
     if (f->wf)
@@ -331,6 +336,20 @@ ssize_t core_read(struct core *core, struct core_file *f, void *buf, size_t len,
         return 0;
     if (len > size - off)
         len = (size_t)(size - off);
+    plan_ahead(core, f, off, len, size);
+    ssize_t n = cache_read(core->cache, f->obj, off, len, buf);
+    if (n > 0)
+        note_read(core, f, off, (uint64_t)n);
+    release_behind(core, f, off);
+    return n;
+}
+
+/* A read of [off, off + len) of f (len > 0, within size) is coming: prefetch
+ * for it and for what comes next, guided by the index or by the stream's
+ * readahead (with a disk cache copy, its chunks are checked ahead instead). */
+static void plan_ahead(struct core *core, struct core_file *f, uint64_t off, size_t len,
+                       uint64_t size)
+{
     uint64_t entered = UINT64_MAX;
     log_debug("read: %s %llu+%zu", cache_obj_path(f->obj), (unsigned long long)off, len);
     for (uint64_t end = off + len, at = atomic_load(&f->asked_front);
@@ -356,15 +375,15 @@ ssize_t core_read(struct core *core, struct core_file *f, void *buf, size_t len,
     pthread_mutex_unlock(&f->ra_lock);
     if (entered != UINT64_MAX)
         prefetch_siblings(core, f, entered);
-    ssize_t n = cache_read(core->cache, f->obj, off, len, buf);
-    if (n > 0) {
-        atomic_fetch_add(&core->read_bytes, (uint64_t)n);
-        uint64_t end = off + (uint64_t)n, at = atomic_load(&f->read_front);
-        while (end > at && !atomic_compare_exchange_weak(&f->read_front, &at, end))
-            ;
-    }
-    release_behind(core, f, off);
-    return n;
+}
+
+/* n bytes at off of f went to a reader. */
+static void note_read(struct core *core, struct core_file *f, uint64_t off, uint64_t n)
+{
+    atomic_fetch_add(&core->read_bytes, n);
+    uint64_t end = off + n, at = atomic_load(&f->read_front);
+    while (end > at && !atomic_compare_exchange_weak(&f->read_front, &at, end))
+        ;
 }
 
 int core_read_direct(struct core *core, struct core_file *f, uint64_t off, size_t len, int *fd,
@@ -383,8 +402,22 @@ int core_read_direct(struct core *core, struct core_file *f, uint64_t off, size_
         atomic_fetch_add(&core->read_bytes, *n);
         return 1;
     }
-    if (f->fd < 0)
-        return 0;
+    if (f->fd < 0) {
+        /* The disk cache's checked copy of the opened version (issue #22): the
+         * kernel splices it from that file, as from a local store's. */
+        uint64_t size = f->obj ? cache_obj_size(f->obj) : 0;
+        if (off >= size || len == 0)
+            return 0;
+        *n = len < size - off ? len : (size_t)(size - off);
+        if (!cache_disk_holds(core->cache, f->obj, off, *n))
+            return 0;
+        plan_ahead(core, f, off, *n, size); /* checks the chunks of what comes next */
+        if (!cache_disk_fd(core->cache, f->obj, off, *n, fd))
+            return 0; /* core_read fetches it (and plans again: no harm) */
+        note_read(core, f, off, *n);
+        atomic_fetch_add(&core->disk_reads, 1);
+        return 1;
+    }
     uint64_t size = cache_obj_size(f->obj);
     struct stat sb;
     if (fstat(f->fd, &sb) < 0 || sb.st_size != f->fd_st.st_size ||
@@ -477,7 +510,8 @@ static int open_disk_cache(struct core *core)
     char *dir = str_printf("%s/disk-cache", core->cfg.cache_dir);
     if (!dir)
         return -ENOMEM;
-    struct diskcache_config dcc = {.capacity = core->cfg.disk_cache_size, .floor_percent = 5};
+    struct diskcache_config dcc = {.capacity = core->cfg.disk_cache_size,
+                                   .floor_percent = (unsigned)core->cfg.disk_cache_min_free};
     char err[512] = "";
     int rc = diskcache_open(dir, &dcc, &core->disk, err, sizeof err);
     if (rc == -EBUSY) {

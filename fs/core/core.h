@@ -39,6 +39,7 @@ struct core_config {
     int direct_reads;          /* --direct-reads: CORE_DIRECT_READS_* (files.c) */
     const char *cache_dir;     /* on-disk state (index, staging); NULL = none (read-only) */
     uint64_t disk_cache_size;  /* bytes kept in CACHE_DIR/disk-cache across mounts; 0 = off */
+    int disk_cache_min_free;   /* percent of its file system the disk cache leaves free */
     int writable;              /* accept writes (needs cache_dir and a store that can write) */
     struct stage_config stage; /* the write path's settings (dir: CACHE_DIR/stage) */
     double stats_interval;     /* log a transfer summary this often (s); 0 = never */

@@ -57,12 +57,13 @@ int core_stats_json(struct core *core, char *buf, size_t len)
              "\"stored_bytes\": %llu, \"adopted_files\": %llu, \"adopted_bytes\": %llu, "
              "\"evictions\": %llu, \"evicted_bytes\": %llu, \"checksum_failures\": %llu, "
              "\"put_failures\": %llu, \"fill_dropped\": %llu, \"held_bytes\": %llu, "
-             "\"objects\": %llu}",
+             "\"objects\": %llu, \"in_place_reads\": %llu}",
              core->disk ? "true" : "false", U(core->disk ? core->cfg.disk_cache_size : 0),
              U(ds.hits), U(ds.hit_bytes), U(ds.misses), U(ds.stored_chunks), U(ds.stored_bytes),
              U(ds.adopted_files), U(ds.adopted_bytes), U(ds.evictions), U(ds.evicted_bytes),
              U(ds.checksum_failures), U(ds.put_failures),
-             U(core->fill ? diskfill_dropped(core->fill) : 0), U(ds.held_bytes), U(ds.objects));
+             U(core->fill ? diskfill_dropped(core->fill) : 0), U(ds.held_bytes), U(ds.objects),
+             U(atomic_load(&core->disk_reads)));
 #undef A
 #undef U
     return snprintf(

@@ -18,10 +18,12 @@
 #include <inttypes.h>
 #include <lmdb.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <time.h>
@@ -39,7 +41,19 @@ struct diskcache {
     pthread_t owner;      /* who holds lock (valid while held): for assertions */
     struct diskcache_stats st;
     int put_failure_logged;
+    /* Versions looked up for reads in place (diskcache_file_open), in use or
+     * idle (kept, with what was checked, for the next open of the version):
+     * most recently released first. Protected by files_lock, taken after lock. */
+    pthread_mutex_t files_lock;
+    struct diskcache_file *files;
+    unsigned idle_files;
 };
+
+/* Idle looked-up versions kept at most (each an open fd and a chunk map). */
+#define IDLE_FILES_MAX 256
+
+static void forget_file(struct diskcache *dc, uint64_t id);
+static void free_files(struct diskcache *dc);
 
 /* An object's record: this head, then its path and etag (no terminators). */
 struct obj_head {
@@ -301,6 +315,7 @@ static int evict_one(struct diskcache *dc, uint64_t keep)
     char path[4096];
     data_path(dc, victim, path, sizeof path);
     unlink(path);
+    forget_file(dc, victim); /* its fd would keep the bytes on disk */
     dc->st.evictions++;
     dc->st.evicted_bytes += held;
     forget_object(dc, held);
@@ -467,6 +482,7 @@ int diskcache_open(const char *dir, const struct diskcache_config *cfg, struct d
     dc->cfg = *cfg;
     dc->lock_fd = -1;
     pthread_mutex_init(&dc->lock, NULL);
+    pthread_mutex_init(&dc->files_lock, NULL);
     int rc = make_dirs(dir);
     if (rc != 0)
         snprintf(err, errlen, "disk cache %s: %s", dir, strerror(-rc));
@@ -500,6 +516,8 @@ void diskcache_close(struct diskcache *dc)
     }
     if (dc->lock_fd >= 0)
         close(dc->lock_fd); /* releases the flock */
+    free_files(dc);
+    pthread_mutex_destroy(&dc->files_lock);
     pthread_mutex_destroy(&dc->lock);
     free(dc->dir);
     free(dc);
@@ -561,6 +579,29 @@ static int lookup_chunks(struct diskcache *dc, const struct diskcache_version *v
         MDB_val k = {sizeof key, key}, val;
         found = mdb_get(txn, dc->chunks, &k, &val) == 0 && val.mv_size == sizeof *recs;
         if (found)
+            memcpy(&recs[i - first], val.mv_data, sizeof *recs);
+    }
+    mdb_txn_abort(txn);
+    return found;
+}
+
+/* The records of whichever of chunks [first, last] of id are listed (the
+ * others' len left 0): 1 if version v has a record, 0 if not, -errno. */
+static int lookup_held(struct diskcache *dc, const struct diskcache_version *v, uint64_t id,
+                       uint32_t first, uint32_t last, struct chunk_rec *recs, uint64_t *last_use)
+{
+    MDB_txn *txn;
+    int rc = mdb_txn_begin(dc->env, NULL, MDB_RDONLY, &txn);
+    if (rc != 0)
+        return mdb_errno(rc);
+    struct obj_head h;
+    int found = obj_get(dc, txn, id, v, &h) == 0;
+    *last_use = found ? h.last_use : 0;
+    for (uint32_t i = first; found && i <= last; i++) {
+        unsigned char key[12];
+        chunk_key(key, id, i);
+        MDB_val k = {sizeof key, key}, val;
+        if (mdb_get(txn, dc->chunks, &k, &val) == 0 && val.mv_size == sizeof *recs)
             memcpy(&recs[i - first], val.mv_data, sizeof *recs);
     }
     mdb_txn_abort(txn);
@@ -659,6 +700,496 @@ int diskcache_read(struct diskcache *dc, const struct diskcache_version *v, uint
     return rc;
 }
 
+/* Copy the part of chunk i of the version (record c, data file fd) that falls
+ * in [off, off + len) to buf (which holds that range), checked: 1, or 0 (not
+ * held, or its bytes failed: then dropped). scratch: a chunk's room, or NULL. */
+static int read_piece(struct diskcache *dc, const struct diskcache_version *v, uint64_t id, int fd,
+                      uint32_t i, struct chunk_rec c, uint64_t off, size_t len, char *buf,
+                      unsigned char **scratch)
+{
+    uint64_t base = (uint64_t)i * DISKCACHE_CHUNK;
+    uint64_t want = v->size - base < DISKCACHE_CHUNK ? v->size - base : DISKCACHE_CHUNK;
+    if (fd < 0 || c.len == 0 || c.len != want)
+        return 0;
+    uint64_t from = off > base ? off - base : 0;
+    uint64_t to = off + len < base + c.len ? off + len - base : c.len;
+    int whole = from == 0 && to == c.len; /* read in place, no copy */
+    if (!whole && !*scratch && !(*scratch = malloc(DISKCACHE_CHUNK)))
+        return 0;
+    unsigned char *at = whole ? (unsigned char *)buf + (base - off) : *scratch;
+    if (pread_exact(fd, at, c.len, base) != 0 || crc32c(0, at, c.len) != c.crc) {
+        drop_chunk(dc, v, id, i);
+        return 0;
+    }
+    if (!whole)
+        memcpy(buf + (base + from - off), *scratch + from, to - from);
+    return 1;
+}
+
+int diskcache_read_held(struct diskcache *dc, const struct diskcache_version *v, uint64_t off,
+                        size_t len, void *buf, size_t *lo, size_t *hi)
+{
+    char etag_buf[256];
+    struct diskcache_version plain = plain_version(v, etag_buf, sizeof etag_buf);
+    v = &plain;
+    *lo = 0;
+    *hi = len;
+    if (len == 0 || off + len > v->size)
+        return len == 0;
+    uint64_t id = version_id(v), last_use = 0;
+    uint32_t first = (uint32_t)(off / DISKCACHE_CHUNK);
+    uint32_t last = (uint32_t)((off + len - 1) / DISKCACHE_CHUNK);
+    struct chunk_rec *recs = calloc(last - first + 1, sizeof *recs);
+    int rc = recs ? lookup_held(dc, v, id, first, last, recs, &last_use) : -ENOMEM;
+    int fd = -1;
+    if (rc == 1) {
+        char path[4096];
+        data_path(dc, id, path, sizeof path);
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd >= 0 && last > first) /* the disk reads them all at once, not one by one */
+            (void)posix_fadvise(fd, (off_t)first * DISKCACHE_CHUNK,
+                                (off_t)(last - first + 1) * DISKCACHE_CHUNK, POSIX_FADV_WILLNEED);
+    }
+    unsigned char *scratch = NULL;
+    size_t first_miss = len, miss_end = 0;
+    for (uint32_t i = first; rc >= 0 && i <= last; i++) {
+        uint64_t base = (uint64_t)i * DISKCACHE_CHUNK;
+        size_t at = base > off ? (size_t)(base - off) : 0;
+        size_t end =
+            base + DISKCACHE_CHUNK - off < len ? (size_t)(base + DISKCACHE_CHUNK - off) : len;
+        if (rc == 1 && read_piece(dc, v, id, fd, i, recs[i - first], off, len, buf, &scratch))
+            continue;
+        if (first_miss == len)
+            first_miss = at;
+        miss_end = end;
+    }
+    if (fd >= 0)
+        close(fd);
+    free(recs);
+    free(scratch);
+    if (rc < 0)
+        return rc;
+    *lo = first_miss == len ? len : first_miss;
+    *hi = first_miss == len ? len : miss_end;
+    int all = *lo == *hi;
+    cache_lock(dc);
+    if (all) {
+        dc->st.hits++;
+        dc->st.hit_bytes += len;
+    } else {
+        dc->st.misses++; /* one per read, however many of its chunks were missing */
+    }
+    cache_unlock(dc);
+    if (all || *lo > 0 || *hi < len)
+        touch(dc, v, id, last_use);
+    return all;
+}
+
+/* ---- files held for reads in place --------------------------------------- */
+
+/* diskcache_file.state of a chunk: CHECKING while one thread reads it (the
+ * others wait for its answer on f->checked); BAD: failed, or not held. */
+enum { CHUNK_UNCHECKED, CHUNK_CHECKING, CHUNK_GOOD, CHUNK_BAD };
+
+struct diskcache_file {
+    struct diskcache *dc;
+    uint64_t id;
+    char *path, *etag; /* the plain version */
+    uint64_t size;
+    int fd;
+    uint32_t nchunks;
+    struct chunk_rec *recs; /* len 0: not held */
+    _Atomic unsigned char *state;
+    pthread_mutex_t lock; /* with checked: waits for a chunk CHECKING */
+    pthread_cond_t checked;
+    _Atomic uint64_t last_use; /* of its catalogue record, as far as known (touch) */
+    struct timespec mtime;     /* the data file\'s when its chunks were checked (lock) */
+    void *map;                 /* the data file mapped, for mincore only; MAP_FAILED */
+    uint64_t map_len;
+    unsigned refs;               /* opens not closed (dc->files_lock) */
+    int listed;                  /* on dc->files (dc->files_lock) */
+    struct diskcache_file *next; /* on dc->files */
+};
+
+static void free_file(struct diskcache_file *f)
+{
+    if (f->map != MAP_FAILED)
+        munmap(f->map, f->map_len);
+    if (f->fd >= 0)
+        close(f->fd);
+    free(f->path);
+    free(f->etag);
+    free(f->recs);
+    free((void *)f->state);
+    pthread_cond_destroy(&f->checked);
+    pthread_mutex_destroy(&f->lock);
+    free(f);
+}
+
+/* Free every listed copy: all closed (at diskcache_close). */
+static void free_files(struct diskcache *dc)
+{
+    while (dc->files) {
+        struct diskcache_file *f = dc->files;
+        assert(f->refs == 0);
+        dc->files = f->next;
+        free_file(f);
+    }
+}
+
+/* Take f off dc->files (files_lock held). */
+static void unlist_file(struct diskcache *dc, struct diskcache_file *f)
+{
+    struct diskcache_file **pp = &dc->files;
+    while (*pp != f)
+        pp = &(*pp)->next;
+    *pp = f->next;
+    f->listed = 0;
+    if (f->refs == 0)
+        dc->idle_files--;
+}
+
+/* id's listed copy, if any, is out of date (its chunks changed, or it went):
+ * the next open looks it up afresh; one in use is freed at its last close. */
+static void forget_file(struct diskcache *dc, uint64_t id)
+{
+    pthread_mutex_lock(&dc->files_lock);
+    struct diskcache_file *f = dc->files;
+    while (f && f->id != id)
+        f = f->next;
+    if (f) {
+        unlist_file(dc, f);
+        if (f->refs == 0)
+            free_file(f);
+    }
+    pthread_mutex_unlock(&dc->files_lock);
+}
+
+/* The listed copy of version v (id), with one more reference, or NULL. */
+static struct diskcache_file *find_file(struct diskcache *dc, uint64_t id,
+                                        const struct diskcache_version *v)
+{
+    pthread_mutex_lock(&dc->files_lock);
+    struct diskcache_file **pp = &dc->files, *f;
+    while ((f = *pp) && !(f->id == id && f->size == v->size && strcmp(f->path, v->path) == 0 &&
+                          strcmp(f->etag, v->etag) == 0))
+        pp = &f->next;
+    if (f) {
+        if (f->refs++ == 0)
+            dc->idle_files--;
+        *pp = f->next; /* to the front: most recently used */
+        f->next = dc->files;
+        dc->files = f;
+    }
+    pthread_mutex_unlock(&dc->files_lock);
+    return f;
+}
+
+int diskcache_file_open(struct diskcache *dc, const struct diskcache_version *v,
+                        struct diskcache_file **out)
+{
+    char etag_buf[256];
+    struct diskcache_version plain = plain_version(v, etag_buf, sizeof etag_buf);
+    v = &plain;
+    *out = NULL;
+    if (v->size == 0)
+        return 0;
+    uint64_t id = version_id(v);
+    struct diskcache_file *f = find_file(dc, id, v);
+    if (f) {
+        uint64_t now = now_ns(), last = atomic_load(&f->last_use);
+        if (last + TOUCH_EVERY_NS <= now &&
+            atomic_compare_exchange_strong(&f->last_use, &last, now))
+            touch(dc, v, id, last);
+        *out = f;
+        return 1;
+    }
+    uint64_t n64 = (v->size + DISKCACHE_CHUNK - 1) / DISKCACHE_CHUNK;
+    if (n64 > UINT32_MAX)
+        return 0;
+    uint32_t n = (uint32_t)n64;
+    f = calloc(1, sizeof *f);
+    if (!f)
+        return -ENOMEM;
+    pthread_mutex_init(&f->lock, NULL);
+    pthread_cond_init(&f->checked, NULL);
+    f->dc = dc;
+    f->id = id;
+    f->size = v->size;
+    f->nchunks = n;
+    f->fd = -1;
+    f->map = MAP_FAILED;
+    f->path = strdup(v->path);
+    f->etag = strdup(v->etag);
+    f->recs = calloc(n, sizeof *f->recs);
+    f->state = calloc(n, sizeof *f->state);
+    if (!f->path || !f->etag || !f->recs || !f->state) {
+        free_file(f);
+        return -ENOMEM;
+    }
+    MDB_txn *txn;
+    int rc = mdb_txn_begin(dc->env, NULL, MDB_RDONLY, &txn);
+    if (rc != 0) {
+        free_file(f);
+        return mdb_errno(rc);
+    }
+    struct obj_head h;
+    uint32_t held = 0;
+    MDB_cursor *cur = NULL;
+    if (obj_get(dc, txn, id, v, &h) == 0 && mdb_cursor_open(txn, dc->chunks, &cur) == 0) {
+        unsigned char key[12];
+        chunk_key(key, id, 0);
+        MDB_val k = {sizeof key, key}, val;
+        for (rc = mdb_cursor_get(cur, &k, &val, MDB_SET_RANGE); rc == 0;
+             rc = mdb_cursor_get(cur, &k, &val, MDB_NEXT)) {
+            if (k.mv_size != sizeof key || memcmp(k.mv_data, key, 8) != 0)
+                break; /* past id's chunks */
+            const unsigned char *kb = k.mv_data;
+            uint32_t i =
+                (uint32_t)kb[8] << 24 | (uint32_t)kb[9] << 16 | (uint32_t)kb[10] << 8 | kb[11];
+            struct chunk_rec c;
+            if (i >= n || val.mv_size != sizeof c)
+                continue;
+            memcpy(&c, val.mv_data, sizeof c);
+            uint64_t want = v->size - (uint64_t)i * DISKCACHE_CHUNK;
+            if (c.len != (want < DISKCACHE_CHUNK ? want : DISKCACHE_CHUNK))
+                continue; /* not this version's chunk shape: never served */
+            f->recs[i] = c;
+            held++;
+        }
+        mdb_cursor_close(cur);
+    }
+    mdb_txn_abort(txn);
+    if (held == 0) {
+        free_file(f);
+        return 0;
+    }
+    char path[4096];
+    data_path(dc, id, path, sizeof path);
+    f->fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (f->fd < 0) {
+        free_file(f);
+        return 0;
+    }
+    for (uint32_t i = 0; i < n; i++)
+        if (f->recs[i].len == 0)
+            atomic_store(&f->state[i], CHUNK_BAD);
+    struct stat st;
+    if (fstat(f->fd, &st) == 0)
+        f->mtime = st.st_mtim;
+    else
+        st.st_size = 0;
+    if (st.st_size > 0) {
+        f->map_len = (uint64_t)st.st_size < v->size ? (uint64_t)st.st_size : v->size;
+        f->map = mmap(NULL, (size_t)f->map_len, PROT_READ, MAP_SHARED, f->fd, 0);
+    }
+    /* Listed, unless another open listed the version meanwhile (then both
+     * are right; this one is freed at its close). */
+    f->refs = 1;
+    struct diskcache_file *other = find_file(dc, id, v);
+    if (other) {
+        diskcache_file_close(other);
+    } else {
+        pthread_mutex_lock(&dc->files_lock);
+        f->next = dc->files;
+        dc->files = f;
+        f->listed = 1;
+        pthread_mutex_unlock(&dc->files_lock);
+    }
+    f->last_use = now_ns();
+    touch(dc, v, id, h.last_use);
+    *out = f;
+    return 1;
+}
+
+/* Whether every page of chunk i of f is in the page cache (mincore on a
+ * mapping never touched: no fault, no SIGBUS from a short or failing file). */
+static int resident(struct diskcache_file *f, uint32_t i)
+{
+    if (f->map == MAP_FAILED)
+        return 0;
+    uint64_t base = (uint64_t)i * DISKCACHE_CHUNK, len = f->recs[i].len;
+    if (base + len > f->map_len)
+        return 0;
+    unsigned char vec[DISKCACHE_CHUNK / 4096];
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t pages = (size_t)((len + page - 1) / page);
+    if (pages > sizeof vec || mincore((char *)f->map + base, (size_t)len, vec) != 0)
+        return 0;
+    for (size_t p = 0; p < pages; p++)
+        if (!(vec[p] & 1))
+            return 0;
+    return 1;
+}
+
+/* Read chunk i of f and check its checksum: CHUNK_GOOD or CHUNK_BAD. */
+static int check_chunk(struct diskcache_file *f, uint32_t i, unsigned char *buf)
+{
+    struct chunk_rec c = f->recs[i];
+    uint64_t base = (uint64_t)i * DISKCACHE_CHUNK;
+    if (pread_exact(f->fd, buf, c.len, base) == 0 && crc32c(0, buf, c.len) == c.crc)
+        return CHUNK_GOOD;
+    struct diskcache_version v = {.path = f->path, .etag = f->etag, .size = f->size};
+    drop_chunk(f->dc, &v, f->id, i);
+    return CHUNK_BAD;
+}
+
+/* If f's data file was written since its chunks were checked (its mtime
+ * moved: bytes in the page cache may have changed), check them all again. */
+static void recheck_if_written(struct diskcache_file *f)
+{
+    struct stat st;
+    if (fstat(f->fd, &st) != 0)
+        return; /* the reads fail then, and so the checks */
+    pthread_mutex_lock(&f->lock);
+    if (st.st_mtim.tv_sec != f->mtime.tv_sec || st.st_mtim.tv_nsec != f->mtime.tv_nsec) {
+        f->mtime = st.st_mtim;
+        for (uint32_t i = 0; i < f->nchunks; i++) {
+            unsigned char good = CHUNK_GOOD;
+            atomic_compare_exchange_strong(&f->state[i], &good, CHUNK_UNCHECKED);
+        }
+    }
+    pthread_mutex_unlock(&f->lock);
+}
+
+/* A chunk's room for the calling thread's checks, kept while the thread
+ * lives (a fresh 1 MiB per check cost its page faults and zeroing): NULL if
+ * out of memory. */
+static pthread_key_t scratch_key;
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+
+static void scratch_key_make(void)
+{
+    (void)pthread_key_create(&scratch_key, free);
+}
+
+static unsigned char *scratch_chunk(void)
+{
+    pthread_once(&scratch_once, scratch_key_make);
+    unsigned char *buf = pthread_getspecific(scratch_key);
+    if (!buf && (buf = malloc(DISKCACHE_CHUNK)) && pthread_setspecific(scratch_key, buf) != 0) {
+        free(buf);
+        buf = NULL;
+    }
+    return buf;
+}
+
+int diskcache_file_verify(struct diskcache_file *f, uint64_t off, size_t len)
+{
+    if (off >= f->size)
+        return 1;
+    if (len > f->size - off)
+        len = (size_t)(f->size - off);
+    if (len == 0)
+        return 1;
+    uint32_t first = (uint32_t)(off / DISKCACHE_CHUNK);
+    uint32_t last = (uint32_t)((off + len - 1) / DISKCACHE_CHUNK);
+    recheck_if_written(f);
+    unsigned char *buf = NULL;
+    uint64_t checked = 0;
+    int ok = 1;
+    for (uint32_t i = first; ok && i <= last; i++) {
+        unsigned char s = atomic_load(&f->state[i]);
+        for (;;) {
+            if (s == CHUNK_BAD || (s == CHUNK_GOOD && resident(f, i)))
+                break;
+            if (s == CHUNK_CHECKING) { /* another thread reads it: wait for its answer */
+                pthread_mutex_lock(&f->lock);
+                while ((s = atomic_load(&f->state[i])) == CHUNK_CHECKING)
+                    pthread_cond_wait(&f->checked, &f->lock);
+                pthread_mutex_unlock(&f->lock);
+                if (s == CHUNK_GOOD)
+                    break; /* just read: resident */
+                continue;
+            }
+            /* Unchecked, or checked but its pages left the page cache (what
+             * the disk gives back is checked again): ours to read, if still so. */
+            unsigned char was = s;
+            if (!atomic_compare_exchange_strong(&f->state[i], &s, CHUNK_CHECKING))
+                continue;
+            if (!buf && !(buf = scratch_chunk())) {
+                s = was;
+                ok = 0;
+            } else {
+                s = (unsigned char)check_chunk(f, i, buf);
+                checked += s == CHUNK_GOOD ? f->recs[i].len : 0;
+            }
+            pthread_mutex_lock(&f->lock);
+            atomic_store(&f->state[i], s);
+            pthread_cond_broadcast(&f->checked);
+            pthread_mutex_unlock(&f->lock);
+            break;
+        }
+        ok = ok && s == CHUNK_GOOD;
+    }
+    if (checked) { /* each byte counted once per f, as a fetch counts what it read; a
+                    * miss is counted by the fetch the caller falls back to */
+        cache_lock(f->dc);
+        f->dc->st.hits++;
+        f->dc->st.hit_bytes += checked;
+        cache_unlock(f->dc);
+    }
+    return ok;
+}
+
+int diskcache_file_holds(struct diskcache_file *f, uint64_t off, size_t len)
+{
+    if (off >= f->size || len == 0)
+        return 1;
+    if (len > f->size - off)
+        len = (size_t)(f->size - off);
+    uint32_t last = (uint32_t)((off + len - 1) / DISKCACHE_CHUNK);
+    for (uint32_t i = (uint32_t)(off / DISKCACHE_CHUNK); i <= last; i++)
+        if (atomic_load(&f->state[i]) == CHUNK_BAD)
+            return 0;
+    return 1;
+}
+
+int diskcache_file_unchecked(struct diskcache_file *f, uint64_t off, size_t len)
+{
+    if (off >= f->size || len == 0)
+        return 0;
+    if (len > f->size - off)
+        len = (size_t)(f->size - off);
+    uint32_t last = (uint32_t)((off + len - 1) / DISKCACHE_CHUNK);
+    for (uint32_t i = (uint32_t)(off / DISKCACHE_CHUNK); i <= last; i++) {
+        unsigned char st = atomic_load(&f->state[i]);
+        if (st == CHUNK_UNCHECKED || (st == CHUNK_GOOD && !resident(f, i)))
+            return 1;
+    }
+    return 0;
+}
+
+int diskcache_file_fd(const struct diskcache_file *f)
+{
+    return f->fd;
+}
+
+void diskcache_file_close(struct diskcache_file *f)
+{
+    if (!f)
+        return;
+    struct diskcache *dc = f->dc;
+    pthread_mutex_lock(&dc->files_lock);
+    assert(f->refs > 0);
+    struct diskcache_file *gone = NULL;
+    if (--f->refs == 0) {
+        if (!f->listed) {
+            gone = f;
+        } else if (++dc->idle_files > IDLE_FILES_MAX) { /* the least recently used idle one goes */
+            struct diskcache_file *last = NULL;
+            for (struct diskcache_file *g = dc->files; g; g = g->next)
+                if (g->refs == 0)
+                    last = g;
+            unlist_file(dc, last);
+            gone = last;
+        }
+    }
+    pthread_mutex_unlock(&dc->files_lock);
+    if (gone)
+        free_file(gone);
+}
+
 /* ---- puts ---------------------------------------------------------------- */
 
 /* Record chunks [first, first + n) of id with their checksums (recs) in one
@@ -743,6 +1274,7 @@ int diskcache_put(struct diskcache *dc, const struct diskcache_version *v, uint6
     if (rc == 0) /* the bytes are written: now they may be listed */
         rc = record_chunks(dc, v, id, first, recs, n, &added);
     if (rc == 0) {
+        forget_file(dc, id); /* the next open sees the new chunks */
         dc->st.stored_chunks += n;
         dc->st.stored_bytes += len;
     } else {
@@ -844,6 +1376,7 @@ int diskcache_adopt(struct diskcache *dc, const struct diskcache_version *v, con
     if (rc == 0)
         rc = record_chunks(dc, v, id, 0, recs, n, &added);
     if (rc == 0) {
+        forget_file(dc, id);
         dc->st.adopted_files++;
         dc->st.adopted_bytes += v->size;
         if (copied)
@@ -883,6 +1416,7 @@ int diskcache_drop(struct diskcache *dc, const struct diskcache_version *v)
         char path[4096];
         data_path(dc, id, path, sizeof path);
         unlink(path);
+        forget_file(dc, id);
         forget_object(dc, held);
     }
     cache_unlock(dc);

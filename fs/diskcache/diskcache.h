@@ -69,6 +69,15 @@ void diskcache_close(struct diskcache *dc);
 int diskcache_read(struct diskcache *dc, const struct diskcache_version *v, uint64_t off,
                    size_t len, void *buf);
 
+/* Copy into buf what dc holds of [off, off + len) of version v, chunk by
+ * chunk, each checked (a bad one is dropped), with one catalogue look-up and
+ * one open: [*lo, *hi) of buf is left for the caller to fetch (from the first
+ * chunk missing to the end of the last one; lo == hi: all of it was held).
+ * 1 if all was, 0 if not, -errno on an error of the catalogue (lo 0, hi len).
+ * Counts one hit (all held) or one miss. */
+int diskcache_read_held(struct diskcache *dc, const struct diskcache_version *v, uint64_t off,
+                        size_t len, void *buf, size_t *lo, size_t *hi);
+
 /* Keep bytes of version v: off must be a multiple of DISKCACHE_CHUNK and len
  * whole chunks (the last chunk of the object may be short). 0, -ENOSPC
  * (the bounds leave no room), -EEXIST (another version's identity collides),
@@ -81,6 +90,40 @@ int diskcache_put(struct diskcache *dc, const struct diskcache_version *v, uint6
  * file system, else copied; its chunks' checksums computed from it. 0 (src
  * is gone) or -errno (src is left as it was). */
 int diskcache_adopt(struct diskcache *dc, const struct diskcache_version *v, const char *src);
+
+/* One version's held chunks, looked up once for many reads that take their
+ * bytes straight from its data file (the kernel splices them to the reader):
+ * see diskcache_file_open. */
+struct diskcache_file;
+
+/* Look up what dc holds of version v (one read transaction: its chunk map)
+ * and open its data file: 1 and *out, 0 if no chunk of v is held, -errno.
+ * Notes v's use in the lru order. *out must be closed before dc. */
+int diskcache_file_open(struct diskcache *dc, const struct diskcache_version *v,
+                        struct diskcache_file **out);
+
+/* Whether every chunk holding a byte of [off, off + len) of f (clamped to the
+ * version's size) is held and its bytes pass their checksum, checked here
+ * once per chunk per f by reading them (which leaves them in the page cache;
+ * a chunk another thread is checking is waited for, not read twice): 1 if so (the bytes may be read
+ * from diskcache_file_fd), 0 if not (a chunk not held; or failing its checksum, which is then
+ * dropped, from f and from the catalogue, so the caller fetches it again). Safe from several
+ * threads. */
+int diskcache_file_verify(struct diskcache_file *f, uint64_t off, size_t len);
+
+/* Whether every chunk holding a byte of [off, off + len) of f is held and
+ * has not failed its checksum (not checked here): 1 or 0. */
+int diskcache_file_holds(struct diskcache_file *f, uint64_t off, size_t len);
+
+/* Whether some chunk holding a byte of [off, off + len) of f is held and not
+ * checked yet (nor being checked): 1 or 0. */
+int diskcache_file_unchecked(struct diskcache_file *f, uint64_t off, size_t len);
+
+/* The data file, read-only: its bytes at their offsets in the version. */
+int diskcache_file_fd(const struct diskcache_file *f);
+
+/* Close the data file and free f. */
+void diskcache_file_close(struct diskcache_file *f);
 
 /* Drop every chunk of version v: 0, or -errno of the catalogue. */
 int diskcache_drop(struct diskcache *dc, const struct diskcache_version *v);

@@ -166,6 +166,10 @@ static const struct opt table[] = {
      "keep up to SIZE of what this node writes and reads in\n"
      "CACHE_DIR/disk-cache, across unmounts (off; e.g. 50G)",
      NULL, NULL},
+    {"disk-cache-min-free", 0, K_INT, F(core.disk_cache_min_free), 0, 90, "PCT",
+     "the disk cache never fills its file system past the last\n"
+     "PCT percent free: least recently used objects go (5)",
+     NULL, NULL},
     {"request-size", 0, K_SIZE32, F(core.request_size), 1 * MiB, 64 * MiB, "SIZE",
      "largest single ranged GET of a readahead or a\ncheckpoint item (8M)", NULL, NULL},
     {"readahead", 0, K_SIZE64, F(core.readahead_max), 1 * MiB, 0, "SIZE",

@@ -90,6 +90,10 @@ struct cache_obj {
     unsigned opens;  /* open handles alone */
     uint64_t blocks; /* its blocks in the table (FETCHING or READY) */
     int opened;      /* some handle has opened this version (not only prefetched) */
+    /* The disk cache's copy of this version for reads in place (cache_disk_fd):
+     * looked up once, by the first read that asks (disk_state). */
+    enum { DISK_UNKNOWN, DISK_LOOKING, DISK_KNOWN } disk_state;
+    struct diskcache_file *disk_file; /* DISK_KNOWN: NULL if none */
 };
 
 struct cache {
@@ -123,7 +127,8 @@ struct cache {
     struct recent_timeout timeouts[TIMEOUT_SLOTS];
     unsigned next_timeout;  /* ring cursor into timeouts */
     struct diskcache *disk; /* fetches try it first (NULL: none); see cache_set_disk */
-    struct diskfill *fill;  /* what a fetch got from the store is kept through it */
+    atomic_uint_fast64_t checks_inflight; /* bytes of disk_check_ahead jobs not done */
+    struct diskfill *fill;                /* what a fetch got from the store is kept through it */
 };
 
 struct fetch_job {
@@ -266,6 +271,8 @@ static void obj_unref_locked(struct cache *c, struct cache_obj *o)
     while (*pp != o)
         pp = &(*pp)->hnext;
     *pp = o->hnext;
+    assert(o->disk_state != DISK_LOOKING); /* the looking reader holds a reference */
+    diskcache_file_close(o->disk_file);    /* a close(2) and frees: cheap under the lock */
     free(o->path);
     free(o);
 }
@@ -727,25 +734,115 @@ static void disk_read(struct cache *c, struct cache_obj *o, uint64_t off, size_t
     if (!c->disk || !o->etag[0])
         return;
     struct diskcache_version v = {.path = o->path, .etag = o->etag, .size = o->size};
-    if (diskcache_read(c->disk, &v, off, len, buf) == 1) { /* all of it: one open, one read-ahead */
-        *lo = *hi = len;
-        return;
-    }
-    size_t first_miss = len, miss_end = 0;
-    for (size_t at = 0; at < len;) {
-        uint64_t pos = off + at;
-        size_t piece = (size_t)(DISKCACHE_CHUNK - pos % DISKCACHE_CHUNK);
-        if (piece > len - at)
-            piece = len - at;
-        if (diskcache_read(c->disk, &v, pos, piece, buf + at) != 1) {
-            if (first_miss == len)
-                first_miss = at;
-            miss_end = at + piece;
+    (void)diskcache_read_held(c->disk, &v, off, len, buf, lo, hi);
+}
+
+/* o's copy in the disk cache, looked up by the first caller (others meanwhile
+ * get NULL and read through the blocks). Called without the lock; o is
+ * referenced by the caller. */
+static struct diskcache_file *obj_disk_file(struct cache *c, struct cache_obj *o)
+{
+    cache_lock(c);
+    int state = o->disk_state;
+    struct diskcache_file *df = o->disk_file;
+    if (state == DISK_UNKNOWN)
+        o->disk_state = DISK_LOOKING;
+    cache_unlock(c);
+    if (state != DISK_UNKNOWN)
+        return df;
+    struct diskcache_version v = {.path = o->path, .etag = o->etag, .size = o->size};
+    if (diskcache_file_open(c->disk, &v, &df) != 1)
+        df = NULL;
+    cache_lock(c);
+    o->disk_file = df;
+    o->disk_state = DISK_KNOWN;
+    cache_unlock(c);
+    return df;
+}
+
+/* A background check of chunks [off, off + len) of o's disk copy, ahead of
+ * their reader (disk_check_ahead). */
+struct check_job {
+    struct cache *c;
+    struct cache_obj *o; /* referenced by the job */
+    struct diskcache_file *df;
+    uint64_t off, len;
+};
+
+static void check_job_run(void *arg)
+{
+    struct check_job *j = arg;
+    struct cache *c = j->c;
+    if (!atomic_load(&c->stopping))
+        (void)diskcache_file_verify(j->df, j->off, (size_t)j->len);
+    atomic_fetch_sub(&c->checks_inflight, j->len);
+    cache_lock(c);
+    obj_unref_locked(c, j->o);
+    cache_unlock(c);
+    free(j);
+}
+
+/* Bytes one background check reads: a few chunks, so that several workers
+ * read one item's chunks from the disk at once. */
+#define CHECK_JOB_BYTES (2 * (uint64_t)DISKCACHE_CHUNK)
+
+/* If the disk cache holds all of [off, off + len) of o: have the workers
+ * check its chunks (and so read them into the page cache) ahead of the
+ * reader, who then waits at most for the chunk it needs, and return 1 (the
+ * range needs no fetch into blocks). bounded: not past working_set bytes of
+ * checks in flight. 0 if the disk copy lacks some of it. Without the lock. */
+static int disk_check_ahead(struct cache *c, struct cache_obj *o, uint64_t off, uint64_t len,
+                            int bounded)
+{
+    if (!c->disk || !o->etag[0])
+        return 0;
+    struct diskcache_file *df = obj_disk_file(c, o);
+    if (!df || !diskcache_file_holds(df, off, (size_t)len))
+        return 0;
+    uint64_t from = off / DISKCACHE_CHUNK * DISKCACHE_CHUNK, end = off + len;
+    for (uint64_t at = from; at < end; at += CHECK_JOB_BYTES) {
+        uint64_t n = end - at < CHECK_JOB_BYTES ? end - at : CHECK_JOB_BYTES;
+        if (!diskcache_file_unchecked(df, at, (size_t)n))
+            continue; /* checked, or being checked */
+        if (bounded && atomic_load(&c->checks_inflight) >= c->working_set)
+            break; /* its reader checks the rest itself */
+        struct check_job *j = malloc(sizeof *j);
+        if (!j)
+            break;
+        *j = (struct check_job){.c = c, .o = o, .df = df, .off = at, .len = n};
+        cache_lock(c);
+        o->refs++;
+        cache_unlock(c);
+        atomic_fetch_add(&c->checks_inflight, n);
+        if (workq_submit(c->wq, check_job_run, j) < 0) {
+            atomic_fetch_sub(&c->checks_inflight, n);
+            cache_lock(c);
+            obj_unref_locked(c, o);
+            cache_unlock(c);
+            free(j);
+            break;
         }
-        at += piece;
     }
-    *lo = first_miss == len ? len : first_miss;
-    *hi = first_miss == len ? len : miss_end;
+    return 1;
+}
+
+int cache_disk_holds(struct cache *c, struct cache_obj *o, uint64_t off, size_t len)
+{
+    if (!c->disk || !o->etag[0] || off >= o->size)
+        return 0;
+    struct diskcache_file *df = obj_disk_file(c, o);
+    return df && diskcache_file_holds(df, off, len);
+}
+
+int cache_disk_fd(struct cache *c, struct cache_obj *o, uint64_t off, size_t len, int *fd)
+{
+    if (!c->disk || !o->etag[0] || off >= o->size)
+        return 0;
+    struct diskcache_file *df = obj_disk_file(c, o);
+    if (!df || diskcache_file_verify(df, off, len) != 1)
+        return 0;
+    *fd = diskcache_file_fd(df);
+    return 1;
 }
 
 /* Hand the whole disk chunks inside [off, off + len) of o (fetched from the
@@ -1011,6 +1108,8 @@ static uint64_t prefetch_split(struct cache *c, struct cache_obj *o, uint64_t of
         return 0;
     if (len > o->size - off)
         len = o->size - off;
+    if (disk_check_ahead(c, o, off, len, bounded))
+        return 0; /* read in place from the disk cache's copy (cache_disk_fd): no blocks */
     uint64_t bs = c->cfg.block_size;
     uint64_t first = off / bs, last = (off + len - 1) / bs;
     if (request > c->cfg.request_size)

@@ -80,6 +80,19 @@ int cache_create(struct store *store, struct workq *wq, const struct cache_confi
  * must outlive c. Call before the first read. */
 void cache_set_disk(struct cache *c, struct diskcache *dc, struct diskfill *fill);
 
+/* Whether the disk cache (cache_set_disk) holds every byte of [off, off+len)
+ * of o's version (clamped to its size), checked against its checksums: 1 and
+ * *fd, the disk cache's data file of the version (bytes at their offsets in
+ * the object; valid while o is), to serve the range from in place (spliced,
+ * no copy through the blocks); 0 if not (cache_read fetches it: a chunk that
+ * failed its checksum was dropped and comes from the store). The version's
+ * chunk map is looked up once per object, each chunk checked once. */
+int cache_disk_fd(struct cache *c, struct cache_obj *o, uint64_t off, size_t len, int *fd);
+
+/* Whether the disk cache holds every chunk of [off, off+len) of o's version
+ * (not checked yet, nor known bad): cache_disk_fd will likely serve it. */
+int cache_disk_holds(struct cache *c, struct cache_obj *o, uint64_t off, size_t len);
+
 /* Make queued background fetches fail at once instead of doing I/O (used
  * at unmount, so a dead server cannot hold it up). */
 void cache_cancel(struct cache *c);

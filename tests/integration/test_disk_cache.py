@@ -82,6 +82,7 @@ def test_restart_after_write_reads_nothing_from_store(store, mounter):
     s = m2.stats()
     assert s["get_bytes"] == 0, s
     assert s["disk_cache"]["hit_bytes"] >= sum(len(c) for c in want.values()), s["disk_cache"]
+    assert s["disk_cache"]["in_place_reads"] > 0, s["disk_cache"]  # spliced from its files
 
 
 def test_restart_after_read_reads_nothing_from_store(store, mounter):
@@ -138,6 +139,113 @@ def test_flipped_byte_is_detected_and_refetched(store, mounter):
     s = m2.stats()
     assert s["disk_cache"]["checksum_failures"] >= 1, s["disk_cache"]
     assert 0 < s["get_bytes"] < 3 * MiB, s  # that chunk, not the whole file
+
+
+def flip(path, at):
+    """Flip the byte at offset at of path (its mtime moves)."""
+    with open(path, "r+b") as f:
+        f.seek(at)
+        b = f.read(1)
+        f.seek(at)
+        f.write(bytes([b[0] ^ 0x5A]))
+
+
+def forget_pages(path):
+    """Drop path's clean pages from the page cache (a FUSE file's too)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def test_checked_chunk_is_checked_again_once_out_of_page_cache(store, mounter):
+    """A chunk read in place was checked while its bytes came into the page cache; once they
+    left it, the disk may give back other bytes: they are checked again (here a byte flipped
+    on disk with the file's mtime kept, so only the page cache tells), and the reader gets the
+    right content from the store."""
+    want = files(9, [3 * MiB])
+    m = fill_by_reading(mounter, store, want)
+    m2 = remount(mounter, store, m)
+    read_all(m2, want)
+    assert disk(m2)["in_place_reads"] > 0
+    (p,) = data_files(m)
+    st = os.stat(p)
+    flip(p, MiB + 99)
+    os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))
+    forget_pages(p)
+    forget_pages(m2.p("d/f0.bin"))
+    read_all(m2, want)
+    s = m2.stats()
+    assert s["disk_cache"]["checksum_failures"] == 1, s["disk_cache"]
+    assert 0 < s["get_bytes"] < 3 * MiB, s
+
+
+def test_data_file_written_while_mounted_is_checked_again(store, mounter):
+    """A cache data file written by someone else while the mount reads it in place (its mtime
+    moves; the new bytes are in the page cache): its chunks are checked again before the next
+    reply, so a flipped byte is detected and fetched, never served."""
+    want = files(10, [3 * MiB])
+    m = fill_by_reading(mounter, store, want)
+    m2 = remount(mounter, store, m)
+    read_all(m2, want)
+    (p,) = data_files(m)
+    flip(p, 2 * MiB + 7)
+    forget_pages(m2.p("d/f0.bin"))  # the mount's own pages: the next read asks the daemon
+    read_all(m2, want)
+    s = m2.stats()
+    assert s["disk_cache"]["checksum_failures"] == 1, s["disk_cache"]
+    assert 0 < s["get_bytes"] < 3 * MiB, s
+
+
+def test_partial_read_checks_only_the_chunks_it_needs(store, mounter):
+    """A read of a few bytes of a large cached file reads in place only the chunks around
+    them, not the whole file."""
+    want = files(11, [16 * MiB])
+    m = fill_by_reading(mounter, store, want)
+    m2 = remount(mounter, store, m)
+    with open(m2.p("d/f0.bin"), "rb") as f:
+        got = os.pread(f.fileno(), 100, 9 * MiB + 5)
+    assert got == want["d/f0.bin"][9 * MiB + 5:9 * MiB + 105]
+    d = disk(m2)
+    assert d["in_place_reads"] > 0 and 0 < d["hit_bytes"] <= 3 * MiB, d
+
+
+def test_recovered_staged_file_is_cached_as_the_version_its_upload_made(store, mounter,
+                                                                         faultproxy):
+    """kill -9 while a staged file's upload is held up; the next mount on the same cache dir
+    uploads it from the journal and keeps it as the copy of the version that upload made: a
+    mount after that reads it without a data byte from the store, and once the object is
+    replaced on the store, reads the new content, not the kept copy."""
+    name, content = "d/rec.bin", harness.data(2 * MiB + 3, 1201)
+
+    def hold_puts(req):
+        if req.method == "PUT":
+            time.sleep(3)
+        return "pass"
+
+    slow = faultproxy(store.server.port, policy=hold_puts)
+    m = mounter(store, "--disk-cache-size", SIZE, "--fsync=staged", endpoint=slow.endpoint)
+    os.makedirs(m.p("d"))
+    with open(m.p(name), "wb") as f:
+        f.write(content)
+    assert m.stats()["write"]["pending_files"] > 0  # staged, its upload held up
+    m.kill9()
+    m2 = remount(mounter, store, m, "--fsync=staged")
+    m2.sync()
+    assert m2.stats()["write"]["recovered_files"] > 0
+    m2.close()  # the staged file is retired (adopted) by the time the daemon exits
+    m3 = remount(mounter, store, m)
+    read_all(m3, {name: content})
+    s = m3.stats()
+    assert s["get_bytes"] == 0 and s["disk_cache"]["in_place_reads"] > 0, s
+    m3.close()
+    new = harness.data(len(content), 1202)
+    store.put_many([(name, new)])
+    m4 = remount(mounter, store, m)
+    read_all(m4, {name: new})
+    assert m4.stats()["disk_cache"]["hit_bytes"] == 0
 
 
 def test_crash_during_fill_serves_only_verified_chunks(store, mounter):
@@ -229,6 +337,21 @@ def test_full_cache_disk_never_fails_a_read(tiny_dir, store, mounter):
     m.close()
     assert d["put_failures"] > 0 and d["held_bytes"] == 0, d
     assert "disk cache: cannot keep" in m.log()
+
+
+def test_min_free_leaves_that_much_of_its_disk_free(tiny_dir, store, mounter):
+    """--disk-cache-min-free 60 on a 3 MiB file system: the cache keeps what fits above 60%
+    free and no more (reads of everything still right)."""
+    want = files(12, [MiB, MiB, MiB])
+    store.put_many(list(want.items()))
+    m = mounter(store, "--disk-cache-size", SIZE, "--disk-cache-min-free", "60", "--read-only",
+                cache_dir=tiny_dir)
+    read_all(m, want)
+    d = disk(m)
+    m.close()
+    fs = os.statvfs(tiny_dir)
+    assert fs.f_bavail >= 0.6 * fs.f_blocks - 64 * 1024 / fs.f_frsize, (fs, d)  # LMDB's pages
+    assert d["held_bytes"] < 2 * MiB, d
 
 
 def test_second_mount_on_same_cache_dir_refuses(store, mounter):

@@ -381,3 +381,71 @@ Test(diskcache, unreadable_catalogue_starts_afresh)
     free(got);
     diskcache_close(dc);
 }
+
+/* a fetch's range partly held: the held chunks are copied (checked), and
+ * [lo, hi) spans the missing ones, from the first to the end of the last;
+ * one miss counted, however many chunks were missing */
+Test(diskcache, read_held_leaves_the_missing_span)
+{
+    struct diskcache *dc = open_cache(64ull << 20, 0);
+    size_t size = 5 * CH;
+    unsigned char *data = pattern(size, 20), *got = calloc(1, size);
+    struct diskcache_version v = {"h/f", "\"e\"", size};
+    cr_assert_eq(diskcache_put(dc, &v, 0, data, CH), 0);
+    cr_assert_eq(diskcache_put(dc, &v, 2 * CH, data + 2 * CH, CH), 0);
+    cr_assert_eq(diskcache_put(dc, &v, 4 * CH, data + 4 * CH, CH), 0);
+    size_t lo, hi;
+    cr_assert_eq(diskcache_read_held(dc, &v, 100, size - 200, got, &lo, &hi), 0);
+    cr_assert_eq(lo, CH - 100);
+    cr_assert_eq(hi, 4 * CH - 100, "to the end of the last missing chunk");
+    cr_assert_arr_eq(got, data + 100, CH - 100);
+    cr_assert_arr_eq(got + 4 * CH - 100, data + 4 * CH, CH - 100);
+    cr_assert_eq(stats(dc).misses, 1);
+    cr_assert_eq(stats(dc).hits, 0);
+    cr_assert_eq(diskcache_read_held(dc, &v, 2 * CH + 5, 100, got, &lo, &hi), 1);
+    cr_assert_eq(lo, hi);
+    cr_assert_arr_eq(got, data + 2 * CH + 5, 100);
+    cr_assert_eq(stats(dc).hits, 1);
+    free(data);
+    free(got);
+    diskcache_close(dc);
+}
+
+/* a version looked up for reads in place: its held chunks are served from
+ * its data file once checked; a chunk not held, or whose byte was flipped,
+ * is not (the flipped one is dropped from the catalogue); the look-up is
+ * shared by the next open (no second check of a checked chunk) */
+Test(diskcache, file_serves_checked_chunks_in_place)
+{
+    struct diskcache *dc = open_cache(64ull << 20, 0);
+    size_t size = 3 * CH + 10;
+    unsigned char *data = pattern(size, 21), *got = malloc(size);
+    struct diskcache_version v = {"p/f", "\"e\"", size};
+    cr_assert_eq(diskcache_put(dc, &v, 0, data, 2 * CH), 0);
+    cr_assert_eq(diskcache_put(dc, &v, 3 * CH, data + 3 * CH, 10), 0);
+    struct diskcache_file *f = NULL;
+    struct diskcache_version other = {"p/f", "\"x\"", size};
+    cr_assert_eq(diskcache_file_open(dc, &other, &f), 0, "another version: nothing held");
+    cr_assert_eq(diskcache_file_open(dc, &v, &f), 1);
+    cr_assert_eq(diskcache_file_holds(f, 0, 2 * CH), 1);
+    cr_assert_eq(diskcache_file_holds(f, CH, 2 * CH), 0, "chunk 2 was never put");
+    cr_assert_eq(diskcache_file_verify(f, 5, 2 * CH - 10), 1);
+    cr_assert_eq(pread(diskcache_file_fd(f), got, 2 * CH, 0), (ssize_t)(2 * CH));
+    cr_assert_arr_eq(got, data, 2 * CH);
+    cr_assert_eq(diskcache_file_verify(f, 3 * CH, 10), 1, "the short last chunk");
+    cr_assert_eq(diskcache_file_verify(f, 2 * CH, 1), 0);
+    cr_assert_eq(stats(dc).hit_bytes, 2 * CH + 10);
+    diskcache_file_close(f);
+    cr_assert_eq(diskcache_file_open(dc, &v, &f), 1);
+    cr_assert_eq(diskcache_file_verify(f, 0, 2 * CH), 1);
+    cr_assert_eq(stats(dc).hit_bytes, 2 * CH + 10, "checked chunks in the page cache: not again");
+    flip_byte_of_only_data_file(CH + 3); /* a write: the data file's mtime moves */
+    cr_assert_eq(diskcache_file_verify(f, CH, 10), 0, "a flipped byte is never served");
+    cr_assert_eq(diskcache_file_holds(f, CH, 10), 0);
+    diskcache_file_close(f);
+    cr_assert_eq(stats(dc).checksum_failures, 1);
+    cr_assert_eq(stats(dc).held_bytes, CH + 10, "the bad chunk is no longer held");
+    free(data);
+    free(got);
+    diskcache_close(dc);
+}

@@ -148,9 +148,10 @@ static void print_summary(const char *mnt, json_t *j)
         printf("  held                    %s of %s (%.0f objects)\n",
                fmt_size(a, sizeof a, num(j, "disk_cache.held_bytes")),
                fmt_size(b, sizeof b, num(j, "disk_cache.capacity")), num(j, "disk_cache.objects"));
-        printf("  hits                    %.0f reads, %s (%.0f misses)\n",
+        printf("  hits                    %.0f reads, %s (%.0f misses; %.0f reads spliced in "
+               "place)\n",
                num(j, "disk_cache.hits"), fmt_size(a, sizeof a, num(j, "disk_cache.hit_bytes")),
-               num(j, "disk_cache.misses"));
+               num(j, "disk_cache.misses"), num(j, "disk_cache.in_place_reads"));
         printf("  kept                    %s read from the store, %s written here (%.0f files)\n",
                fmt_size(a, sizeof a, num(j, "disk_cache.stored_bytes")),
                fmt_size(b, sizeof b, num(j, "disk_cache.adopted_bytes")),
