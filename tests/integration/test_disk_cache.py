@@ -17,6 +17,7 @@ import os
 import re
 import subprocess
 import threading
+import time
 
 import pytest
 
