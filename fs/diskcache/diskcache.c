@@ -1,10 +1,14 @@
 /*
  * fs/diskcache/diskcache.c - the persistent cache of object versions: the
  * catalogue (LMDB), the data files, checksums and the bounds (see
- * diskcache.h). Write transactions and the in-memory totals are serialised by
- * one mutex; reads use LMDB read transactions and run in parallel.
+ * diskcache.h), and the list of files held for reads in place (their lookup,
+ * release and freeing; dcfile.c opens and checks them, through what
+ * diskcache_internal.h shares). Write transactions and the in-memory totals
+ * are serialised by one mutex; reads use LMDB read transactions and run in
+ * parallel.
  */
 #include "diskcache.h"
+#include "diskcache_internal.h"
 
 #include "crc32c.h"
 #include "fdio.h"
@@ -31,47 +35,19 @@
 
 #define CATALOG_MAP_SIZE (1ull << 30) /* virtual: ~20 M chunks of catalogue */
 
-struct diskcache {
-    char *dir;
-    int lock_fd;
-    MDB_env *env;
-    MDB_dbi objs, chunks, lru;
-    struct diskcache_config cfg;
-    pthread_mutex_t lock; /* write transactions, stats, held_bytes, objects */
-    pthread_t owner;      /* who holds lock (valid while held): for assertions */
-    struct diskcache_stats st;
-    int put_failure_logged;
-    /* Versions looked up for reads in place (diskcache_file_open), in use or
-     * idle (kept, with what was checked, for the next open of the version):
-     * most recently released first. Protected by files_lock, taken after lock. */
-    pthread_mutex_t files_lock;
-    struct diskcache_file *files;
-    unsigned idle_files;
-};
-
 /* Idle looked-up versions kept at most (each an open fd and a chunk map). */
 #define IDLE_FILES_MAX 256
 
 static void forget_file(struct diskcache *dc, uint64_t id);
 static void free_files(struct diskcache *dc);
 
-/* An object's record: this head, then its path and etag (no terminators). */
-struct obj_head {
-    uint64_t size, held, last_use;
-    uint32_t path_len, etag_len;
-};
-
-struct chunk_rec {
-    uint32_t crc, len;
-};
-
-static void cache_lock(struct diskcache *dc)
+void dc_cache_lock(struct diskcache *dc)
 {
     pthread_mutex_lock(&dc->lock);
     dc->owner = pthread_self();
 }
 
-static void cache_unlock(struct diskcache *dc)
+void dc_cache_unlock(struct diskcache *dc)
 {
     assert(pthread_equal(dc->owner, pthread_self()));
     dc->owner = (pthread_t)0;
@@ -102,8 +78,7 @@ static uint64_t fnv1a(uint64_t h, const void *p, size_t n)
 /* v with its ETag in one spelling (no W/ prefix, no quotes): a store's
  * listing and its answer to an upload may quote the same ETag differently.
  * buf holds the etag of the result. */
-static struct diskcache_version plain_version(const struct diskcache_version *v, char *buf,
-                                              size_t n)
+struct diskcache_version dc_plain_version(const struct diskcache_version *v, char *buf, size_t n)
 {
     const char *e = v->etag;
     if (strncmp(e, "W/", 2) == 0)
@@ -118,7 +93,7 @@ static struct diskcache_version plain_version(const struct diskcache_version *v,
     return (struct diskcache_version){.path = v->path, .etag = buf, .size = v->size};
 }
 
-static uint64_t version_id(const struct diskcache_version *v)
+uint64_t dc_version_id(const struct diskcache_version *v)
 {
     uint64_t h = fnv1a(0xcbf29ce484222325ull, v->path, strlen(v->path) + 1);
     h = fnv1a(h, v->etag, strlen(v->etag) + 1);
@@ -138,22 +113,19 @@ static void be32(unsigned char *out, uint32_t x)
 }
 
 /* Last-use times: wall-clock nanoseconds (they order the lru across restarts). */
-static uint64_t now_ns(void)
+uint64_t dc_now_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* A hit moves its object in the lru order at most this often (a write). */
-#define TOUCH_EVERY_NS 100000000ull
-
-static void data_path(const struct diskcache *dc, uint64_t id, char *out, size_t n)
+void dc_data_path(const struct diskcache *dc, uint64_t id, char *out, size_t n)
 {
     snprintf(out, n, "%s/data/%016" PRIx64, dc->dir, id);
 }
 
-static int mdb_errno(int rc)
+int dc_mdb_errno(int rc)
 {
     if (rc == 0)
         return 0;
@@ -168,13 +140,13 @@ static int mdb_errno(int rc)
 
 /* The record of id in txn: 0 and *h if it is version v, -ENOENT if there is
  * none, -EEXIST if another version has the same id. */
-static int obj_get(struct diskcache *dc, MDB_txn *txn, uint64_t id,
-                   const struct diskcache_version *v, struct obj_head *h)
+int dc_obj_get(struct diskcache *dc, MDB_txn *txn, uint64_t id, const struct diskcache_version *v,
+               struct obj_head *h)
 {
     MDB_val k = {sizeof id, &id}, val;
     int rc = mdb_get(txn, dc->objs, &k, &val);
     if (rc != 0)
-        return mdb_errno(rc);
+        return dc_mdb_errno(rc);
     if (val.mv_size < sizeof *h)
         return -EEXIST;
     memcpy(h, val.mv_data, sizeof *h);
@@ -196,7 +168,7 @@ static int obj_put(struct diskcache *dc, MDB_txn *txn, uint64_t id,
     MDB_val k = {sizeof id, &id}, val = {sizeof *h + pl + el, NULL};
     int rc = mdb_put(txn, dc->objs, &k, &val, MDB_RESERVE);
     if (rc != 0)
-        return mdb_errno(rc);
+        return dc_mdb_errno(rc);
     struct obj_head copy = *h;
     copy.path_len = (uint32_t)pl;
     copy.etag_len = (uint32_t)el;
@@ -217,15 +189,15 @@ static int lru_move(struct diskcache *dc, MDB_txn *txn, uint64_t id, uint64_t ol
         be64(key, old_use);
         int rc = mdb_del(txn, dc->lru, &k, NULL);
         if (rc != 0 && rc != MDB_NOTFOUND)
-            return mdb_errno(rc);
+            return dc_mdb_errno(rc);
     }
     if (!new_use)
         return 0;
     be64(key, new_use);
-    return mdb_errno(mdb_put(txn, dc->lru, &k, &empty, 0));
+    return dc_mdb_errno(mdb_put(txn, dc->lru, &k, &empty, 0));
 }
 
-static void chunk_key(unsigned char key[12], uint64_t id, uint32_t index)
+void dc_chunk_key(unsigned char key[12], uint64_t id, uint32_t index)
 {
     be64(key, id);
     be32(key + 8, index);
@@ -235,15 +207,15 @@ static void chunk_key(unsigned char key[12], uint64_t id, uint32_t index)
 static int obj_delete(struct diskcache *dc, MDB_txn *txn, uint64_t id, uint64_t *held)
 {
     struct obj_head h;
-    int rc = obj_get(dc, txn, id, NULL, &h);
+    int rc = dc_obj_get(dc, txn, id, NULL, &h);
     if (rc != 0)
         return rc;
     *held = h.held;
     MDB_cursor *cur;
     if ((rc = mdb_cursor_open(txn, dc->chunks, &cur)) != 0)
-        return mdb_errno(rc);
+        return dc_mdb_errno(rc);
     unsigned char key[12];
-    chunk_key(key, id, 0);
+    dc_chunk_key(key, id, 0);
     for (;;) { /* the first chunk of id left, until there is none */
         MDB_val k = {sizeof key, key}, val;
         rc = mdb_cursor_get(cur, &k, &val, MDB_SET_RANGE);
@@ -254,10 +226,10 @@ static int obj_delete(struct diskcache *dc, MDB_txn *txn, uint64_t id, uint64_t 
     }
     mdb_cursor_close(cur);
     if (rc != 0 && rc != MDB_NOTFOUND)
-        return mdb_errno(rc);
+        return dc_mdb_errno(rc);
     MDB_val ok = {sizeof id, &id};
     if ((rc = mdb_del(txn, dc->objs, &ok, NULL)) != 0)
-        return mdb_errno(rc);
+        return dc_mdb_errno(rc);
     return lru_move(dc, txn, id, h.last_use, 0);
 }
 
@@ -283,7 +255,7 @@ static int evict_one(struct diskcache *dc, uint64_t keep)
     MDB_txn *txn;
     int rc = mdb_txn_begin(dc->env, NULL, 0, &txn);
     if (rc != 0)
-        return mdb_errno(rc);
+        return dc_mdb_errno(rc);
     MDB_cursor *cur;
     uint64_t victim = 0;
     if ((rc = mdb_cursor_open(txn, dc->lru, &cur)) == 0) {
@@ -303,17 +275,17 @@ static int evict_one(struct diskcache *dc, uint64_t keep)
     uint64_t held = 0;
     if (victim == 0) {
         mdb_txn_abort(txn);
-        return rc == MDB_NOTFOUND || rc == 0 ? 0 : mdb_errno(rc);
+        return rc == MDB_NOTFOUND || rc == 0 ? 0 : dc_mdb_errno(rc);
     }
     rc = obj_delete(dc, txn, victim, &held);
     if (rc != 0) {
         mdb_txn_abort(txn);
         return rc;
     }
-    if ((rc = mdb_errno(mdb_txn_commit(txn))) != 0) /* the transaction is freed either way */
+    if ((rc = dc_mdb_errno(mdb_txn_commit(txn))) != 0) /* the transaction is freed either way */
         return rc;
     char path[4096];
-    data_path(dc, victim, path, sizeof path);
+    dc_data_path(dc, victim, path, sizeof path);
     unlink(path);
     forget_file(dc, victim); /* its fd would keep the bytes on disk */
     dc->st.evictions++;
@@ -395,7 +367,7 @@ static int load_totals(struct diskcache *dc, MDB_txn *txn)
     MDB_cursor *cur;
     int rc = mdb_cursor_open(txn, dc->objs, &cur);
     if (rc != 0)
-        return mdb_errno(rc);
+        return dc_mdb_errno(rc);
     MDB_val k, val;
     for (rc = mdb_cursor_get(cur, &k, &val, MDB_FIRST); rc == 0;
          rc = mdb_cursor_get(cur, &k, &val, MDB_NEXT)) {
@@ -407,7 +379,7 @@ static int load_totals(struct diskcache *dc, MDB_txn *txn)
         dc->st.objects++;
     }
     mdb_cursor_close(cur);
-    return rc == MDB_NOTFOUND ? 0 : mdb_errno(rc);
+    return rc == MDB_NOTFOUND ? 0 : dc_mdb_errno(rc);
 }
 
 static int open_catalog(struct diskcache *dc, char *err, size_t errlen)
@@ -435,9 +407,9 @@ static int open_catalog(struct diskcache *dc, char *err, size_t errlen)
         rc = mdb_dbi_open(txn, "chunks", MDB_CREATE, &dc->chunks);
     if (rc == 0)
         rc = mdb_dbi_open(txn, "lru", MDB_CREATE, &dc->lru);
-    int e = rc != 0 ? mdb_errno(rc) : load_totals(dc, txn);
+    int e = rc != 0 ? dc_mdb_errno(rc) : load_totals(dc, txn);
     if (e == 0 && txn) {
-        e = mdb_errno(mdb_txn_commit(txn));
+        e = dc_mdb_errno(mdb_txn_commit(txn));
         txn = NULL;
     }
     if (txn)
@@ -526,23 +498,23 @@ void diskcache_close(struct diskcache *dc)
 /* ---- reads --------------------------------------------------------------- */
 
 /* Drop one chunk whose bytes failed their checksum. */
-static void drop_chunk(struct diskcache *dc, const struct diskcache_version *v, uint64_t id,
-                       uint32_t index)
+void dc_drop_chunk(struct diskcache *dc, const struct diskcache_version *v, uint64_t id,
+                   uint32_t index)
 {
-    cache_lock(dc);
+    dc_cache_lock(dc);
     dc->st.checksum_failures++;
     MDB_txn *txn;
     if (mdb_txn_begin(dc->env, NULL, 0, &txn) == 0) {
         unsigned char key[12];
-        chunk_key(key, id, index);
+        dc_chunk_key(key, id, index);
         MDB_val k = {sizeof key, key}, val;
         struct obj_head h;
-        int rc = obj_get(dc, txn, id, v, &h);
+        int rc = dc_obj_get(dc, txn, id, v, &h);
         if (rc == 0 && mdb_get(txn, dc->chunks, &k, &val) == 0 && val.mv_size == 8) {
             struct chunk_rec c;
             memcpy(&c, val.mv_data, sizeof c);
             h.held -= c.len;
-            rc = mdb_errno(mdb_del(txn, dc->chunks, &k, NULL));
+            rc = dc_mdb_errno(mdb_del(txn, dc->chunks, &k, NULL));
             if (rc == 0)
                 rc = obj_put(dc, txn, id, v, &h);
             if (rc == 0) {
@@ -557,7 +529,7 @@ static void drop_chunk(struct diskcache *dc, const struct diskcache_version *v, 
         if (txn)
             mdb_txn_abort(txn);
     }
-    cache_unlock(dc);
+    dc_cache_unlock(dc);
     log_warn("disk cache: chunk %u of %s (%s) failed its checksum: dropped, fetched again", index,
              v->path, v->etag);
 }
@@ -569,13 +541,13 @@ static int lookup_chunks(struct diskcache *dc, const struct diskcache_version *v
     MDB_txn *txn;
     int rc = mdb_txn_begin(dc->env, NULL, MDB_RDONLY, &txn);
     if (rc != 0)
-        return mdb_errno(rc);
+        return dc_mdb_errno(rc);
     struct obj_head h;
-    int found = obj_get(dc, txn, id, v, &h) == 0;
+    int found = dc_obj_get(dc, txn, id, v, &h) == 0;
     *last_use = found ? h.last_use : 0;
     for (uint32_t i = first; found && i <= last; i++) {
         unsigned char key[12];
-        chunk_key(key, id, i);
+        dc_chunk_key(key, id, i);
         MDB_val k = {sizeof key, key}, val;
         found = mdb_get(txn, dc->chunks, &k, &val) == 0 && val.mv_size == sizeof *recs;
         if (found)
@@ -593,13 +565,13 @@ static int lookup_held(struct diskcache *dc, const struct diskcache_version *v, 
     MDB_txn *txn;
     int rc = mdb_txn_begin(dc->env, NULL, MDB_RDONLY, &txn);
     if (rc != 0)
-        return mdb_errno(rc);
+        return dc_mdb_errno(rc);
     struct obj_head h;
-    int found = obj_get(dc, txn, id, v, &h) == 0;
+    int found = dc_obj_get(dc, txn, id, v, &h) == 0;
     *last_use = found ? h.last_use : 0;
     for (uint32_t i = first; found && i <= last; i++) {
         unsigned char key[12];
-        chunk_key(key, id, i);
+        dc_chunk_key(key, id, i);
         MDB_val k = {sizeof key, key}, val;
         if (mdb_get(txn, dc->chunks, &k, &val) == 0 && val.mv_size == sizeof *recs)
             memcpy(&recs[i - first], val.mv_data, sizeof *recs);
@@ -609,17 +581,17 @@ static int lookup_held(struct diskcache *dc, const struct diskcache_version *v, 
 }
 
 /* Note a hit's use in the lru order, at most every TOUCH_EVERY_NS per object. */
-static void touch(struct diskcache *dc, const struct diskcache_version *v, uint64_t id,
-                  uint64_t last_use)
+void dc_touch(struct diskcache *dc, const struct diskcache_version *v, uint64_t id,
+              uint64_t last_use)
 {
-    uint64_t now = now_ns();
+    uint64_t now = dc_now_ns();
     if (last_use + TOUCH_EVERY_NS > now)
         return;
-    cache_lock(dc);
+    dc_cache_lock(dc);
     MDB_txn *txn;
     if (mdb_txn_begin(dc->env, NULL, 0, &txn) == 0) {
         struct obj_head h;
-        int rc = obj_get(dc, txn, id, v, &h);
+        int rc = dc_obj_get(dc, txn, id, v, &h);
         if (rc == 0 && h.last_use < now) {
             rc = lru_move(dc, txn, id, h.last_use, now);
             h.last_use = now;
@@ -631,18 +603,18 @@ static void touch(struct diskcache *dc, const struct diskcache_version *v, uint6
         else
             mdb_txn_abort(txn);
     }
-    cache_unlock(dc);
+    dc_cache_unlock(dc);
 }
 
 int diskcache_read(struct diskcache *dc, const struct diskcache_version *v, uint64_t off,
                    size_t len, void *buf)
 {
     char etag_buf[256];
-    struct diskcache_version plain = plain_version(v, etag_buf, sizeof etag_buf);
+    struct diskcache_version plain = dc_plain_version(v, etag_buf, sizeof etag_buf);
     v = &plain;
     if (len == 0 || off + len > v->size)
         return 0;
-    uint64_t id = version_id(v);
+    uint64_t id = dc_version_id(v);
     uint32_t first = (uint32_t)(off / DISKCACHE_CHUNK);
     uint32_t last = (uint32_t)((off + len - 1) / DISKCACHE_CHUNK);
     struct chunk_rec *recs = calloc(last - first + 1, sizeof *recs);
@@ -652,7 +624,7 @@ int diskcache_read(struct diskcache *dc, const struct diskcache_version *v, uint
     int fd = -1;
     if (rc == 1) {
         char path[4096];
-        data_path(dc, id, path, sizeof path);
+        dc_data_path(dc, id, path, sizeof path);
         fd = open(path, O_RDONLY | O_CLOEXEC);
         rc = fd >= 0 ? 1 : 0;
         if (fd >= 0 && last > first) /* the disk reads them all at once, not chunk by chunk */
@@ -676,7 +648,7 @@ int diskcache_read(struct diskcache *dc, const struct diskcache_version *v, uint
         }
         unsigned char *at = whole ? (unsigned char *)buf + (base - off) : chunk;
         if (pread_exact(fd, at, c.len, base) != 0 || crc32c(0, at, c.len) != c.crc) {
-            drop_chunk(dc, v, id, i);
+            dc_drop_chunk(dc, v, id, i);
             rc = 0;
             break;
         }
@@ -687,16 +659,16 @@ int diskcache_read(struct diskcache *dc, const struct diskcache_version *v, uint
         close(fd);
     free(recs);
     free(chunk);
-    cache_lock(dc);
+    dc_cache_lock(dc);
     if (rc == 1) {
         dc->st.hits++;
         dc->st.hit_bytes += len;
     } else if (rc == 0) {
         dc->st.misses++;
     }
-    cache_unlock(dc);
+    dc_cache_unlock(dc);
     if (rc == 1)
-        touch(dc, v, id, last_use);
+        dc_touch(dc, v, id, last_use);
     return rc;
 }
 
@@ -718,7 +690,7 @@ static int read_piece(struct diskcache *dc, const struct diskcache_version *v, u
         return 0;
     unsigned char *at = whole ? (unsigned char *)buf + (base - off) : *scratch;
     if (pread_exact(fd, at, c.len, base) != 0 || crc32c(0, at, c.len) != c.crc) {
-        drop_chunk(dc, v, id, i);
+        dc_drop_chunk(dc, v, id, i);
         return 0;
     }
     if (!whole)
@@ -730,13 +702,13 @@ int diskcache_read_held(struct diskcache *dc, const struct diskcache_version *v,
                         size_t len, void *buf, size_t *lo, size_t *hi)
 {
     char etag_buf[256];
-    struct diskcache_version plain = plain_version(v, etag_buf, sizeof etag_buf);
+    struct diskcache_version plain = dc_plain_version(v, etag_buf, sizeof etag_buf);
     v = &plain;
     *lo = 0;
     *hi = len;
     if (len == 0 || off + len > v->size)
         return len == 0;
-    uint64_t id = version_id(v), last_use = 0;
+    uint64_t id = dc_version_id(v), last_use = 0;
     uint32_t first = (uint32_t)(off / DISKCACHE_CHUNK);
     uint32_t last = (uint32_t)((off + len - 1) / DISKCACHE_CHUNK);
     struct chunk_rec *recs = calloc(last - first + 1, sizeof *recs);
@@ -744,7 +716,7 @@ int diskcache_read_held(struct diskcache *dc, const struct diskcache_version *v,
     int fd = -1;
     if (rc == 1) {
         char path[4096];
-        data_path(dc, id, path, sizeof path);
+        dc_data_path(dc, id, path, sizeof path);
         fd = open(path, O_RDONLY | O_CLOEXEC);
         if (fd >= 0 && last > first) /* the disk reads them all at once, not one by one */
             (void)posix_fadvise(fd, (off_t)first * DISKCACHE_CHUNK,
@@ -772,46 +744,22 @@ int diskcache_read_held(struct diskcache *dc, const struct diskcache_version *v,
     *lo = first_miss == len ? len : first_miss;
     *hi = first_miss == len ? len : miss_end;
     int all = *lo == *hi;
-    cache_lock(dc);
+    dc_cache_lock(dc);
     if (all) {
         dc->st.hits++;
         dc->st.hit_bytes += len;
     } else {
         dc->st.misses++; /* one per read, however many of its chunks were missing */
     }
-    cache_unlock(dc);
+    dc_cache_unlock(dc);
     if (all || *lo > 0 || *hi < len)
-        touch(dc, v, id, last_use);
+        dc_touch(dc, v, id, last_use);
     return all;
 }
 
-/* ---- files held for reads in place --------------------------------------- */
+/* ---- the list of files held for reads in place (dcfile.c opens them) --- */
 
-/* diskcache_file.state of a chunk: CHECKING while one thread reads it (the
- * others wait for its answer on f->checked); BAD: failed, or not held. */
-enum { CHUNK_UNCHECKED, CHUNK_CHECKING, CHUNK_GOOD, CHUNK_BAD };
-
-struct diskcache_file {
-    struct diskcache *dc;
-    uint64_t id;
-    char *path, *etag; /* the plain version */
-    uint64_t size;
-    int fd;
-    uint32_t nchunks;
-    struct chunk_rec *recs; /* len 0: not held */
-    _Atomic unsigned char *state;
-    pthread_mutex_t lock; /* with checked: waits for a chunk CHECKING */
-    pthread_cond_t checked;
-    _Atomic uint64_t last_use; /* of its catalogue record, as far as known (touch) */
-    struct timespec mtime;     /* the data file\'s when its chunks were checked (lock) */
-    void *map;                 /* the data file mapped, for mincore only; MAP_FAILED */
-    uint64_t map_len;
-    unsigned refs;               /* opens not closed (dc->files_lock) */
-    int listed;                  /* on dc->files (dc->files_lock) */
-    struct diskcache_file *next; /* on dc->files */
-};
-
-static void free_file(struct diskcache_file *f)
+void dc_free_file(struct diskcache_file *f)
 {
     if (f->map != MAP_FAILED)
         munmap(f->map, f->map_len);
@@ -833,7 +781,7 @@ static void free_files(struct diskcache *dc)
         struct diskcache_file *f = dc->files;
         assert(f->refs == 0);
         dc->files = f->next;
-        free_file(f);
+        dc_free_file(f);
     }
 }
 
@@ -860,14 +808,14 @@ static void forget_file(struct diskcache *dc, uint64_t id)
     if (f) {
         unlist_file(dc, f);
         if (f->refs == 0)
-            free_file(f);
+            dc_free_file(f);
     }
     pthread_mutex_unlock(&dc->files_lock);
 }
 
 /* The listed copy of version v (id), with one more reference, or NULL. */
-static struct diskcache_file *find_file(struct diskcache *dc, uint64_t id,
-                                        const struct diskcache_version *v)
+struct diskcache_file *dc_find_file(struct diskcache *dc, uint64_t id,
+                                    const struct diskcache_version *v)
 {
     pthread_mutex_lock(&dc->files_lock);
     struct diskcache_file **pp = &dc->files, *f;
@@ -885,284 +833,14 @@ static struct diskcache_file *find_file(struct diskcache *dc, uint64_t id,
     return f;
 }
 
-int diskcache_file_open(struct diskcache *dc, const struct diskcache_version *v,
-                        struct diskcache_file **out)
+/* Put f, just opened (one reference), on dc->files, most recently used. */
+void dc_list_file(struct diskcache *dc, struct diskcache_file *f)
 {
-    char etag_buf[256];
-    struct diskcache_version plain = plain_version(v, etag_buf, sizeof etag_buf);
-    v = &plain;
-    *out = NULL;
-    if (v->size == 0)
-        return 0;
-    uint64_t id = version_id(v);
-    struct diskcache_file *f = find_file(dc, id, v);
-    if (f) {
-        uint64_t now = now_ns(), last = atomic_load(&f->last_use);
-        if (last + TOUCH_EVERY_NS <= now &&
-            atomic_compare_exchange_strong(&f->last_use, &last, now))
-            touch(dc, v, id, last);
-        *out = f;
-        return 1;
-    }
-    uint64_t n64 = (v->size + DISKCACHE_CHUNK - 1) / DISKCACHE_CHUNK;
-    if (n64 > UINT32_MAX)
-        return 0;
-    uint32_t n = (uint32_t)n64;
-    f = calloc(1, sizeof *f);
-    if (!f)
-        return -ENOMEM;
-    pthread_mutex_init(&f->lock, NULL);
-    pthread_cond_init(&f->checked, NULL);
-    f->dc = dc;
-    f->id = id;
-    f->size = v->size;
-    f->nchunks = n;
-    f->fd = -1;
-    f->map = MAP_FAILED;
-    f->path = strdup(v->path);
-    f->etag = strdup(v->etag);
-    f->recs = calloc(n, sizeof *f->recs);
-    f->state = calloc(n, sizeof *f->state);
-    if (!f->path || !f->etag || !f->recs || !f->state) {
-        free_file(f);
-        return -ENOMEM;
-    }
-    MDB_txn *txn;
-    int rc = mdb_txn_begin(dc->env, NULL, MDB_RDONLY, &txn);
-    if (rc != 0) {
-        free_file(f);
-        return mdb_errno(rc);
-    }
-    struct obj_head h;
-    uint32_t held = 0;
-    MDB_cursor *cur = NULL;
-    if (obj_get(dc, txn, id, v, &h) == 0 && mdb_cursor_open(txn, dc->chunks, &cur) == 0) {
-        unsigned char key[12];
-        chunk_key(key, id, 0);
-        MDB_val k = {sizeof key, key}, val;
-        for (rc = mdb_cursor_get(cur, &k, &val, MDB_SET_RANGE); rc == 0;
-             rc = mdb_cursor_get(cur, &k, &val, MDB_NEXT)) {
-            if (k.mv_size != sizeof key || memcmp(k.mv_data, key, 8) != 0)
-                break; /* past id's chunks */
-            const unsigned char *kb = k.mv_data;
-            uint32_t i =
-                (uint32_t)kb[8] << 24 | (uint32_t)kb[9] << 16 | (uint32_t)kb[10] << 8 | kb[11];
-            struct chunk_rec c;
-            if (i >= n || val.mv_size != sizeof c)
-                continue;
-            memcpy(&c, val.mv_data, sizeof c);
-            uint64_t want = v->size - (uint64_t)i * DISKCACHE_CHUNK;
-            if (c.len != (want < DISKCACHE_CHUNK ? want : DISKCACHE_CHUNK))
-                continue; /* not this version's chunk shape: never served */
-            f->recs[i] = c;
-            held++;
-        }
-        mdb_cursor_close(cur);
-    }
-    mdb_txn_abort(txn);
-    if (held == 0) {
-        free_file(f);
-        return 0;
-    }
-    char path[4096];
-    data_path(dc, id, path, sizeof path);
-    f->fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (f->fd < 0) {
-        free_file(f);
-        return 0;
-    }
-    for (uint32_t i = 0; i < n; i++)
-        if (f->recs[i].len == 0)
-            atomic_store(&f->state[i], CHUNK_BAD);
-    struct stat st;
-    if (fstat(f->fd, &st) == 0)
-        f->mtime = st.st_mtim;
-    else
-        st.st_size = 0;
-    if (st.st_size > 0) {
-        f->map_len = (uint64_t)st.st_size < v->size ? (uint64_t)st.st_size : v->size;
-        f->map = mmap(NULL, (size_t)f->map_len, PROT_READ, MAP_SHARED, f->fd, 0);
-    }
-    /* Listed, unless another open listed the version meanwhile (then both
-     * are right; this one is freed at its close). */
-    f->refs = 1;
-    struct diskcache_file *other = find_file(dc, id, v);
-    if (other) {
-        diskcache_file_close(other);
-    } else {
-        pthread_mutex_lock(&dc->files_lock);
-        f->next = dc->files;
-        dc->files = f;
-        f->listed = 1;
-        pthread_mutex_unlock(&dc->files_lock);
-    }
-    f->last_use = now_ns();
-    touch(dc, v, id, h.last_use);
-    *out = f;
-    return 1;
-}
-
-/* Whether every page of chunk i of f is in the page cache (mincore on a
- * mapping never touched: no fault, no SIGBUS from a short or failing file). */
-static int resident(struct diskcache_file *f, uint32_t i)
-{
-    if (f->map == MAP_FAILED)
-        return 0;
-    uint64_t base = (uint64_t)i * DISKCACHE_CHUNK, len = f->recs[i].len;
-    if (base + len > f->map_len)
-        return 0;
-    unsigned char vec[DISKCACHE_CHUNK / 4096];
-    size_t page = (size_t)sysconf(_SC_PAGESIZE);
-    size_t pages = (size_t)((len + page - 1) / page);
-    if (pages > sizeof vec || mincore((char *)f->map + base, (size_t)len, vec) != 0)
-        return 0;
-    for (size_t p = 0; p < pages; p++)
-        if (!(vec[p] & 1))
-            return 0;
-    return 1;
-}
-
-/* Read chunk i of f and check its checksum: CHUNK_GOOD or CHUNK_BAD. */
-static int check_chunk(struct diskcache_file *f, uint32_t i, unsigned char *buf)
-{
-    struct chunk_rec c = f->recs[i];
-    uint64_t base = (uint64_t)i * DISKCACHE_CHUNK;
-    if (pread_exact(f->fd, buf, c.len, base) == 0 && crc32c(0, buf, c.len) == c.crc)
-        return CHUNK_GOOD;
-    struct diskcache_version v = {.path = f->path, .etag = f->etag, .size = f->size};
-    drop_chunk(f->dc, &v, f->id, i);
-    return CHUNK_BAD;
-}
-
-/* If f's data file was written since its chunks were checked (its mtime
- * moved: bytes in the page cache may have changed), check them all again. */
-static void recheck_if_written(struct diskcache_file *f)
-{
-    struct stat st;
-    if (fstat(f->fd, &st) != 0)
-        return; /* the reads fail then, and so the checks */
-    pthread_mutex_lock(&f->lock);
-    if (st.st_mtim.tv_sec != f->mtime.tv_sec || st.st_mtim.tv_nsec != f->mtime.tv_nsec) {
-        f->mtime = st.st_mtim;
-        for (uint32_t i = 0; i < f->nchunks; i++) {
-            unsigned char good = CHUNK_GOOD;
-            atomic_compare_exchange_strong(&f->state[i], &good, CHUNK_UNCHECKED);
-        }
-    }
-    pthread_mutex_unlock(&f->lock);
-}
-
-/* A chunk's room for the calling thread's checks, kept while the thread
- * lives (a fresh 1 MiB per check cost its page faults and zeroing): NULL if
- * out of memory. */
-static pthread_key_t scratch_key;
-static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
-
-static void scratch_key_make(void)
-{
-    (void)pthread_key_create(&scratch_key, free);
-}
-
-static unsigned char *scratch_chunk(void)
-{
-    pthread_once(&scratch_once, scratch_key_make);
-    unsigned char *buf = pthread_getspecific(scratch_key);
-    if (!buf && (buf = malloc(DISKCACHE_CHUNK)) && pthread_setspecific(scratch_key, buf) != 0) {
-        free(buf);
-        buf = NULL;
-    }
-    return buf;
-}
-
-int diskcache_file_verify(struct diskcache_file *f, uint64_t off, size_t len)
-{
-    if (off >= f->size)
-        return 1;
-    if (len > f->size - off)
-        len = (size_t)(f->size - off);
-    if (len == 0)
-        return 1;
-    uint32_t first = (uint32_t)(off / DISKCACHE_CHUNK);
-    uint32_t last = (uint32_t)((off + len - 1) / DISKCACHE_CHUNK);
-    recheck_if_written(f);
-    unsigned char *buf = NULL;
-    uint64_t checked = 0;
-    int ok = 1;
-    for (uint32_t i = first; ok && i <= last; i++) {
-        unsigned char s = atomic_load(&f->state[i]);
-        for (;;) {
-            if (s == CHUNK_BAD || (s == CHUNK_GOOD && resident(f, i)))
-                break;
-            if (s == CHUNK_CHECKING) { /* another thread reads it: wait for its answer */
-                pthread_mutex_lock(&f->lock);
-                while ((s = atomic_load(&f->state[i])) == CHUNK_CHECKING)
-                    pthread_cond_wait(&f->checked, &f->lock);
-                pthread_mutex_unlock(&f->lock);
-                if (s == CHUNK_GOOD)
-                    break; /* just read: resident */
-                continue;
-            }
-            /* Unchecked, or checked but its pages left the page cache (what
-             * the disk gives back is checked again): ours to read, if still so. */
-            unsigned char was = s;
-            if (!atomic_compare_exchange_strong(&f->state[i], &s, CHUNK_CHECKING))
-                continue;
-            if (!buf && !(buf = scratch_chunk())) {
-                s = was;
-                ok = 0;
-            } else {
-                s = (unsigned char)check_chunk(f, i, buf);
-                checked += s == CHUNK_GOOD ? f->recs[i].len : 0;
-            }
-            pthread_mutex_lock(&f->lock);
-            atomic_store(&f->state[i], s);
-            pthread_cond_broadcast(&f->checked);
-            pthread_mutex_unlock(&f->lock);
-            break;
-        }
-        ok = ok && s == CHUNK_GOOD;
-    }
-    if (checked) { /* each byte counted once per f, as a fetch counts what it read; a
-                    * miss is counted by the fetch the caller falls back to */
-        cache_lock(f->dc);
-        f->dc->st.hits++;
-        f->dc->st.hit_bytes += checked;
-        cache_unlock(f->dc);
-    }
-    return ok;
-}
-
-int diskcache_file_holds(struct diskcache_file *f, uint64_t off, size_t len)
-{
-    if (off >= f->size || len == 0)
-        return 1;
-    if (len > f->size - off)
-        len = (size_t)(f->size - off);
-    uint32_t last = (uint32_t)((off + len - 1) / DISKCACHE_CHUNK);
-    for (uint32_t i = (uint32_t)(off / DISKCACHE_CHUNK); i <= last; i++)
-        if (atomic_load(&f->state[i]) == CHUNK_BAD)
-            return 0;
-    return 1;
-}
-
-int diskcache_file_unchecked(struct diskcache_file *f, uint64_t off, size_t len)
-{
-    if (off >= f->size || len == 0)
-        return 0;
-    if (len > f->size - off)
-        len = (size_t)(f->size - off);
-    uint32_t last = (uint32_t)((off + len - 1) / DISKCACHE_CHUNK);
-    for (uint32_t i = (uint32_t)(off / DISKCACHE_CHUNK); i <= last; i++) {
-        unsigned char st = atomic_load(&f->state[i]);
-        if (st == CHUNK_UNCHECKED || (st == CHUNK_GOOD && !resident(f, i)))
-            return 1;
-    }
-    return 0;
-}
-
-int diskcache_file_fd(const struct diskcache_file *f)
-{
-    return f->fd;
+    pthread_mutex_lock(&dc->files_lock);
+    f->next = dc->files;
+    dc->files = f;
+    f->listed = 1;
+    pthread_mutex_unlock(&dc->files_lock);
 }
 
 void diskcache_file_close(struct diskcache_file *f)
@@ -1187,9 +865,8 @@ void diskcache_file_close(struct diskcache_file *f)
     }
     pthread_mutex_unlock(&dc->files_lock);
     if (gone)
-        free_file(gone);
+        dc_free_file(gone);
 }
-
 /* ---- puts ---------------------------------------------------------------- */
 
 /* Record chunks [first, first + n) of id with their checksums (recs) in one
@@ -1199,11 +876,11 @@ static int record_chunks(struct diskcache *dc, const struct diskcache_version *v
 {
     assert_locked(dc);
     MDB_txn *txn;
-    int rc = mdb_errno(mdb_txn_begin(dc->env, NULL, 0, &txn));
+    int rc = dc_mdb_errno(mdb_txn_begin(dc->env, NULL, 0, &txn));
     if (rc != 0)
         return rc;
     struct obj_head h = {0};
-    rc = obj_get(dc, txn, id, v, &h);
+    rc = dc_obj_get(dc, txn, id, v, &h);
     int fresh = rc == -ENOENT;
     if (fresh) {
         h = (struct obj_head){.size = v->size};
@@ -1212,14 +889,14 @@ static int record_chunks(struct diskcache *dc, const struct diskcache_version *v
     *added = 0;
     for (uint32_t i = 0; rc == 0 && i < n; i++) {
         unsigned char key[12];
-        chunk_key(key, id, first + i);
+        dc_chunk_key(key, id, first + i);
         MDB_val k = {sizeof key, key}, val;
         if (mdb_get(txn, dc->chunks, &k, &val) == MDB_NOTFOUND)
             *added += recs[i].len;
         val = (MDB_val){sizeof recs[i], (void *)&recs[i]};
-        rc = mdb_errno(mdb_put(txn, dc->chunks, &k, &val, 0));
+        rc = dc_mdb_errno(mdb_put(txn, dc->chunks, &k, &val, 0));
     }
-    uint64_t now = now_ns();
+    uint64_t now = dc_now_ns();
     if (rc == 0)
         rc = lru_move(dc, txn, id, fresh ? 0 : h.last_use, now);
     h.held += *added;
@@ -1227,7 +904,7 @@ static int record_chunks(struct diskcache *dc, const struct diskcache_version *v
     if (rc == 0)
         rc = obj_put(dc, txn, id, v, &h);
     if (rc == 0)
-        rc = mdb_errno(mdb_txn_commit(txn));
+        rc = dc_mdb_errno(mdb_txn_commit(txn));
     else
         mdb_txn_abort(txn);
     if (rc == 0) {
@@ -1241,12 +918,12 @@ int diskcache_put(struct diskcache *dc, const struct diskcache_version *v, uint6
                   const void *buf, size_t len)
 {
     char etag_buf[256];
-    struct diskcache_version plain = plain_version(v, etag_buf, sizeof etag_buf);
+    struct diskcache_version plain = dc_plain_version(v, etag_buf, sizeof etag_buf);
     v = &plain;
     if (len == 0 || off % DISKCACHE_CHUNK != 0 || off + len > v->size ||
         (len % DISKCACHE_CHUNK != 0 && off + len != v->size))
         return -EINVAL;
-    uint64_t id = version_id(v);
+    uint64_t id = dc_version_id(v);
     uint32_t first = (uint32_t)(off / DISKCACHE_CHUNK);
     uint32_t n = (uint32_t)((len + DISKCACHE_CHUNK - 1) / DISKCACHE_CHUNK);
     struct chunk_rec *recs = calloc(n, sizeof *recs);
@@ -1257,10 +934,10 @@ int diskcache_put(struct diskcache *dc, const struct diskcache_version *v, uint6
         recs[i].len = (uint32_t)(len - at < DISKCACHE_CHUNK ? len - at : DISKCACHE_CHUNK);
         recs[i].crc = crc32c(0, (const char *)buf + at, recs[i].len);
     }
-    cache_lock(dc);
+    dc_cache_lock(dc);
     int rc = make_room(dc, len, id);
     char path[4096];
-    data_path(dc, id, path, sizeof path);
+    dc_data_path(dc, id, path, sizeof path);
     int fd = rc == 0 ? open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600) : -1;
     if (rc == 0 && fd < 0)
         rc = -errno;
@@ -1280,7 +957,7 @@ int diskcache_put(struct diskcache *dc, const struct diskcache_version *v, uint6
     } else {
         note_put_failure(dc, v, rc);
     }
-    cache_unlock(dc);
+    dc_cache_unlock(dc);
     free(recs);
     return rc;
 }
@@ -1337,22 +1014,22 @@ static int checksum_file(const char *path, uint64_t size, struct chunk_rec *recs
 int diskcache_adopt(struct diskcache *dc, const struct diskcache_version *v, const char *src)
 {
     char etag_buf[256];
-    struct diskcache_version plain = plain_version(v, etag_buf, sizeof etag_buf);
+    struct diskcache_version plain = dc_plain_version(v, etag_buf, sizeof etag_buf);
     v = &plain;
     struct stat st;
     if (stat(src, &st) != 0)
         return -errno;
     if ((uint64_t)st.st_size != v->size || v->size == 0)
         return -EINVAL;
-    uint64_t id = version_id(v);
+    uint64_t id = dc_version_id(v);
     uint32_t n = (uint32_t)((v->size + DISKCACHE_CHUNK - 1) / DISKCACHE_CHUNK);
     struct chunk_rec *recs = calloc(n, sizeof *recs);
     if (!recs)
         return -ENOMEM;
     int rc = checksum_file(src, v->size, recs);
     char path[4096];
-    data_path(dc, id, path, sizeof path);
-    cache_lock(dc);
+    dc_data_path(dc, id, path, sizeof path);
+    dc_cache_lock(dc);
     if (rc == 0)
         rc = make_room(dc, v->size, id);
     int moved = 0, copied = 0;
@@ -1388,7 +1065,7 @@ int diskcache_adopt(struct diskcache *dc, const struct diskcache_version *v, con
             unlink(path);
         note_put_failure(dc, v, rc);
     }
-    cache_unlock(dc);
+    dc_cache_unlock(dc);
     free(recs);
     return rc;
 }
@@ -1396,36 +1073,36 @@ int diskcache_adopt(struct diskcache *dc, const struct diskcache_version *v, con
 int diskcache_drop(struct diskcache *dc, const struct diskcache_version *v)
 {
     char etag_buf[256];
-    struct diskcache_version plain = plain_version(v, etag_buf, sizeof etag_buf);
+    struct diskcache_version plain = dc_plain_version(v, etag_buf, sizeof etag_buf);
     v = &plain;
-    uint64_t id = version_id(v), held = 0;
-    cache_lock(dc);
+    uint64_t id = dc_version_id(v), held = 0;
+    dc_cache_lock(dc);
     MDB_txn *txn;
-    int rc = mdb_errno(mdb_txn_begin(dc->env, NULL, 0, &txn));
+    int rc = dc_mdb_errno(mdb_txn_begin(dc->env, NULL, 0, &txn));
     if (rc == 0) {
         struct obj_head h;
-        rc = obj_get(dc, txn, id, v, &h);
+        rc = dc_obj_get(dc, txn, id, v, &h);
         if (rc == 0)
             rc = obj_delete(dc, txn, id, &held);
         if (rc == 0)
-            rc = mdb_errno(mdb_txn_commit(txn));
+            rc = dc_mdb_errno(mdb_txn_commit(txn));
         else
             mdb_txn_abort(txn);
     }
     if (rc == 0) {
         char path[4096];
-        data_path(dc, id, path, sizeof path);
+        dc_data_path(dc, id, path, sizeof path);
         unlink(path);
         forget_file(dc, id);
         forget_object(dc, held);
     }
-    cache_unlock(dc);
+    dc_cache_unlock(dc);
     return rc == -ENOENT || rc == -EEXIST ? 0 : rc;
 }
 
 void diskcache_get_stats(struct diskcache *dc, struct diskcache_stats *out)
 {
-    cache_lock(dc);
+    dc_cache_lock(dc);
     *out = dc->st;
-    cache_unlock(dc);
+    dc_cache_unlock(dc);
 }
