@@ -534,29 +534,6 @@ void dc_drop_chunk(struct diskcache *dc, const struct diskcache_version *v, uint
              v->path, v->etag);
 }
 
-/* The chunk records covering chunks [first, last] of id, or a miss (0). */
-static int lookup_chunks(struct diskcache *dc, const struct diskcache_version *v, uint64_t id,
-                         uint32_t first, uint32_t last, struct chunk_rec *recs, uint64_t *last_use)
-{
-    MDB_txn *txn;
-    int rc = mdb_txn_begin(dc->env, NULL, MDB_RDONLY, &txn);
-    if (rc != 0)
-        return dc_mdb_errno(rc);
-    struct obj_head h;
-    int found = dc_obj_get(dc, txn, id, v, &h) == 0;
-    *last_use = found ? h.last_use : 0;
-    for (uint32_t i = first; found && i <= last; i++) {
-        unsigned char key[12];
-        dc_chunk_key(key, id, i);
-        MDB_val k = {sizeof key, key}, val;
-        found = mdb_get(txn, dc->chunks, &k, &val) == 0 && val.mv_size == sizeof *recs;
-        if (found)
-            memcpy(&recs[i - first], val.mv_data, sizeof *recs);
-    }
-    mdb_txn_abort(txn);
-    return found;
-}
-
 /* The records of whichever of chunks [first, last] of id are listed (the
  * others' len left 0): 1 if version v has a record, 0 if not, -errno. */
 static int lookup_held(struct diskcache *dc, const struct diskcache_version *v, uint64_t id,
@@ -604,72 +581,6 @@ void dc_touch(struct diskcache *dc, const struct diskcache_version *v, uint64_t 
             mdb_txn_abort(txn);
     }
     dc_cache_unlock(dc);
-}
-
-int diskcache_read(struct diskcache *dc, const struct diskcache_version *v, uint64_t off,
-                   size_t len, void *buf)
-{
-    char etag_buf[256];
-    struct diskcache_version plain = dc_plain_version(v, etag_buf, sizeof etag_buf);
-    v = &plain;
-    if (len == 0 || off + len > v->size)
-        return 0;
-    uint64_t id = dc_version_id(v);
-    uint32_t first = (uint32_t)(off / DISKCACHE_CHUNK);
-    uint32_t last = (uint32_t)((off + len - 1) / DISKCACHE_CHUNK);
-    struct chunk_rec *recs = calloc(last - first + 1, sizeof *recs);
-    unsigned char *chunk = NULL; /* for a chunk the range holds only part of */
-    uint64_t last_use = 0;
-    int rc = recs ? lookup_chunks(dc, v, id, first, last, recs, &last_use) : -ENOMEM;
-    int fd = -1;
-    if (rc == 1) {
-        char path[4096];
-        dc_data_path(dc, id, path, sizeof path);
-        fd = open(path, O_RDONLY | O_CLOEXEC);
-        rc = fd >= 0 ? 1 : 0;
-        if (fd >= 0 && last > first) /* the disk reads them all at once, not chunk by chunk */
-            (void)posix_fadvise(fd, (off_t)first * DISKCACHE_CHUNK,
-                                (off_t)(last - first + 1) * DISKCACHE_CHUNK, POSIX_FADV_WILLNEED);
-    }
-    for (uint32_t i = first; rc == 1 && i <= last; i++) {
-        uint64_t base = (uint64_t)i * DISKCACHE_CHUNK;
-        struct chunk_rec c = recs[i - first];
-        uint64_t from = off > base ? off - base : 0;
-        uint64_t to = off + len < base + c.len ? off + len - base : c.len;
-        if (c.len > DISKCACHE_CHUNK || to <= from) { /* a short chunk short of the range */
-            rc = 0;
-            break;
-        }
-        /* A chunk wholly in the range is read in place (no copy). */
-        int whole = from == 0 && to == c.len;
-        if (!whole && !chunk && !(chunk = malloc(DISKCACHE_CHUNK))) {
-            rc = -ENOMEM;
-            break;
-        }
-        unsigned char *at = whole ? (unsigned char *)buf + (base - off) : chunk;
-        if (pread_exact(fd, at, c.len, base) != 0 || crc32c(0, at, c.len) != c.crc) {
-            dc_drop_chunk(dc, v, id, i);
-            rc = 0;
-            break;
-        }
-        if (!whole)
-            memcpy((char *)buf + (base + from - off), chunk + from, to - from);
-    }
-    if (fd >= 0)
-        close(fd);
-    free(recs);
-    free(chunk);
-    dc_cache_lock(dc);
-    if (rc == 1) {
-        dc->st.hits++;
-        dc->st.hit_bytes += len;
-    } else if (rc == 0) {
-        dc->st.misses++;
-    }
-    dc_cache_unlock(dc);
-    if (rc == 1)
-        dc_touch(dc, v, id, last_use);
-    return rc;
 }
 
 /* Copy the part of chunk i of the version (record c, data file fd) that falls
@@ -755,6 +666,13 @@ int diskcache_read_held(struct diskcache *dc, const struct diskcache_version *v,
     if (all || *lo > 0 || *hi < len)
         dc_touch(dc, v, id, last_use);
     return all;
+}
+
+int diskcache_read(struct diskcache *dc, const struct diskcache_version *v, uint64_t off,
+                   size_t len, void *buf)
+{
+    size_t lo, hi;
+    return diskcache_read_held(dc, v, off, len, buf, &lo, &hi);
 }
 
 /* ---- the list of files held for reads in place (dcfile.c opens them) --- */

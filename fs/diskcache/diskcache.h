@@ -65,7 +65,7 @@ void diskcache_close(struct diskcache *dc);
 /* Copy [off, off + len) of version v into buf if every chunk it touches is
  * held and passes its checksum: 1 if so, 0 if not (a chunk missing or bad;
  * a bad one is dropped; buf may then hold any bytes), -errno on an error of
- * the catalogue. */
+ * the catalogue: diskcache_read_held when all or nothing will do. */
 int diskcache_read(struct diskcache *dc, const struct diskcache_version *v, uint64_t off,
                    size_t len, void *buf);
 
