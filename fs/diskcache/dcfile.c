@@ -212,16 +212,25 @@ static unsigned char *scratch_chunk(void)
     return buf;
 }
 
-int diskcache_file_verify(struct diskcache_file *f, uint64_t off, size_t len)
+/* The chunks [*first, *last] that [off, off + len) of f touches, clipped to
+ * its size: 1, or 0 when that leaves nothing. */
+static int chunk_span(const struct diskcache_file *f, uint64_t off, size_t len, uint32_t *first,
+                      uint32_t *last)
 {
-    if (off >= f->size)
-        return 1;
+    if (off >= f->size || len == 0)
+        return 0;
     if (len > f->size - off)
         len = (size_t)(f->size - off);
-    if (len == 0)
+    *first = (uint32_t)(off / DISKCACHE_CHUNK);
+    *last = (uint32_t)((off + len - 1) / DISKCACHE_CHUNK);
+    return 1;
+}
+
+int diskcache_file_verify(struct diskcache_file *f, uint64_t off, size_t len)
+{
+    uint32_t first, last;
+    if (!chunk_span(f, off, len, &first, &last))
         return 1;
-    uint32_t first = (uint32_t)(off / DISKCACHE_CHUNK);
-    uint32_t last = (uint32_t)((off + len - 1) / DISKCACHE_CHUNK);
     recheck_if_written(f);
     unsigned char *buf = NULL;
     uint64_t checked = 0;
@@ -272,12 +281,10 @@ int diskcache_file_verify(struct diskcache_file *f, uint64_t off, size_t len)
 
 int diskcache_file_holds(struct diskcache_file *f, uint64_t off, size_t len)
 {
-    if (off >= f->size || len == 0)
+    uint32_t first, last;
+    if (!chunk_span(f, off, len, &first, &last))
         return 1;
-    if (len > f->size - off)
-        len = (size_t)(f->size - off);
-    uint32_t last = (uint32_t)((off + len - 1) / DISKCACHE_CHUNK);
-    for (uint32_t i = (uint32_t)(off / DISKCACHE_CHUNK); i <= last; i++)
+    for (uint32_t i = first; i <= last; i++)
         if (atomic_load(&f->state[i]) == CHUNK_BAD)
             return 0;
     return 1;
@@ -285,12 +292,10 @@ int diskcache_file_holds(struct diskcache_file *f, uint64_t off, size_t len)
 
 int diskcache_file_unchecked(struct diskcache_file *f, uint64_t off, size_t len)
 {
-    if (off >= f->size || len == 0)
+    uint32_t first, last;
+    if (!chunk_span(f, off, len, &first, &last))
         return 0;
-    if (len > f->size - off)
-        len = (size_t)(f->size - off);
-    uint32_t last = (uint32_t)((off + len - 1) / DISKCACHE_CHUNK);
-    for (uint32_t i = (uint32_t)(off / DISKCACHE_CHUNK); i <= last; i++) {
+    for (uint32_t i = first; i <= last; i++) {
         unsigned char st = atomic_load(&f->state[i]);
         if (st == CHUNK_UNCHECKED || (st == CHUNK_GOOD && !resident(f, i)))
             return 1;
