@@ -472,12 +472,15 @@ int core_rename(struct core *core, const char *from, const char *to, unsigned fl
     } else {
         struct wfile *wf = stage_get(core->stage, sfrom);
         if (wf) {
-            stage_put(core->stage, wf);
             /* Forget sto's entry now: its upload may land (and put its entry,
              * with its attributes) before the rename returns (issue #18). */
             meta_forget(&core->meta, sto);
             copied = 1;
+            /* wf stays held across the rename: let go before it, a clean
+             * file could leave staging (its last reference) in between, and
+             * the rename would find no sfrom (rsync saw ENOENT). */
             rc = stage_rename(core->stage, sfrom, sto);
+            stage_put(core->stage, wf);
             /* Whether sfrom is on the store is asked only now: stage_rename
              * waited for the file's requests in flight, and an upload under
              * sfrom may have landed (and been published there) before the
@@ -487,7 +490,12 @@ int core_rename(struct core *core, const char *from, const char *to, unsigned fl
             if (rc == 0 && core_lookup_store(core, sfrom, &old) == 0 && !old.is_dir)
                 rc = remove_from_store(core, sfrom);
         } else {
-            rc = rename_stored(core, sfrom, &sf, sto);
+            /* Not staged now. An entry with no etag was staged when looked
+             * up and has left staging since (uploaded, so on the store):
+             * rename what the store has. */
+            rc = sf.etag[0] ? 0 : core_lookup_store(core, sfrom, &sf);
+            if (rc == 0)
+                rc = rename_stored(core, sfrom, &sf, sto);
             copied = !core->store->ops->rename && !is_commit_name(path_base(sto));
         }
     }
