@@ -35,7 +35,15 @@ def run_ranks(worker, world, *args):
             got.append(results.get(timeout=0.5))
         except queue.Empty:
             pass
+        if any(p.exitcode not in (None, 0) for p in procs):
+            break  # a rank failed: the others would wait for it in a collective forever
+    failed = any(p.exitcode not in (None, 0) for p in procs)
     for p in procs:
+        if failed and p.is_alive():
+            p.terminate()
+            p.join(10)
+            if p.is_alive():
+                p.kill()
         p.join()
     while len(got) < world:
         try:
