@@ -116,13 +116,10 @@ int diskcache_file_verify(struct diskcache_file *f, uint64_t off, size_t len);
 int diskcache_file_holds(struct diskcache_file *f, uint64_t off, size_t len);
 
 /* Whether some chunk holding a byte of [off, off + len) of f is held and not
- * checked yet (nor being checked): 1 or 0. */
+ * checked yet (nor being checked): 1 or 0. A chunk checked once is not
+ * counted again here even if its pages left the page cache since (verify
+ * rechecks it). */
 int diskcache_file_unchecked(struct diskcache_file *f, uint64_t off, size_t len);
-
-/* Start reading [off, off + len) of f's data file into the page cache, not
- * waiting for it (POSIX_FADV_WILLNEED: the disk gets the whole range at once,
- * so the checks that follow read memory). Nothing is checked or served. */
-void diskcache_file_willneed(struct diskcache_file *f, uint64_t off, uint64_t len);
 
 /* The data file, read-only: its bytes at their offsets in the version. */
 int diskcache_file_fd(const struct diskcache_file *f);

@@ -800,18 +800,12 @@ static int disk_check_ahead(struct cache *c, struct cache_obj *o, uint64_t off, 
     if (!df || !diskcache_file_holds(df, off, (size_t)len))
         return 0;
     uint64_t from = off / DISKCACHE_CHUNK * DISKCACHE_CHUNK, end = off + len;
-    uint64_t ra_off = 0, ra_end = 0; /* the run of jobs submitted so far, read ahead at once */
     for (uint64_t at = from; at < end; at += CHECK_JOB_BYTES) {
         uint64_t n = end - at < CHECK_JOB_BYTES ? end - at : CHECK_JOB_BYTES;
         if (!diskcache_file_unchecked(df, at, (size_t)n))
             continue; /* checked, or being checked */
         if (bounded && atomic_load(&c->checks_inflight) >= c->working_set)
             break; /* its reader checks the rest itself */
-        if (at != ra_end) {
-            diskcache_file_willneed(df, ra_off, ra_end - ra_off);
-            ra_off = at;
-        }
-        ra_end = at + n;
         struct check_job *j = malloc(sizeof *j);
         if (!j)
             break;
@@ -829,7 +823,6 @@ static int disk_check_ahead(struct cache *c, struct cache_obj *o, uint64_t off, 
             break;
         }
     }
-    diskcache_file_willneed(df, ra_off, ra_end - ra_off);
     return 1;
 }
 
