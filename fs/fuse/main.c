@@ -281,42 +281,6 @@ static void started(int ok)
     }
 }
 
-/* The largest read reply libfuse can splice from a file descriptor (the disk
- * cache's data files, a local store's files): 0 if any size, else bytes.
- * libfuse splices a reply through a per-thread pipe that must hold all of it
- * (a 1 MiB reply needs a pipe larger than 1 MiB: pipe-max-size's default,
- * which only CAP_SYS_RESOURCE may pass); when it cannot grow the pipe it
- * reads the file into a fresh buffer and writes that (two copies and a 1 MiB
- * allocation per reply: every 1 MiB reply of a disk-cache restart, measured
- * as root without CAP_SYS_RESOURCE). Then reads are capped below the pipe. */
-static unsigned splice_read_max(void)
-{
-    int p[2];
-    if (pipe2(p, O_CLOEXEC) != 0)
-        return 0;
-    long page = sysconf(_SC_PAGESIZE);
-    unsigned max = 0;
-    /* room for a 1 MiB reply by libfuse 3.14's reckoning (header, pages). */
-    if (fcntl(p[0], F_SETPIPE_SZ, (1 << 20) + 4 * (int)page) < 0) {
-        int got = -1;
-        FILE *f = fopen("/proc/sys/fs/pipe-max-size", "r");
-        if (f) {
-            int want;
-            if (fscanf(f, "%d", &want) == 1)
-                got = fcntl(p[0], F_SETPIPE_SZ, want);
-            fclose(f);
-        }
-        if (got < 0)
-            got = fcntl(p[0], F_GETPIPE_SZ);
-        /* libfuse asks for pages * (header, buffer, 1) + the reply's bytes */
-        if (got > 4 * page + 128 * 1024)
-            max = (unsigned)((got - 4 * page) / page * page);
-    }
-    close(p[0]);
-    close(p[1]);
-    return max;
-}
-
 /* Create the core (it starts threads: only after fuse_daemonize forks) on store and log the
  * mount: 0, or -1 after logging why. */
 static int start_core(struct options *o, struct store *store, const char *cache_dir,
@@ -371,22 +335,12 @@ int main(int argc, char **argv)
         return 1;
 
     options_add_fuse(&o, "fsname=ckptfs,subtype=ckptfs,default_permissions");
-    unsigned max_read = splice_read_max();
-    if (max_read) { /* every read small enough to be spliced */
-        char opt[64];
-        snprintf(opt, sizeof opt, "max_read=%u", max_read);
-        options_add_fuse(&o, opt);
-        log_info("reads of at most %u bytes: a 1 MiB reply does not fit a pipe here "
-                 "(fs.pipe-max-size)",
-                 max_read);
-    }
     struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
     int rc = 1;
     struct fuse *fuse = NULL;
     struct core *core = NULL;
     struct ops_context octx = {.attr_timeout = o.core.attr_timeout,
-                               .max_readahead = o.max_readahead,
-                               .max_read = max_read};
+                               .max_readahead = o.max_readahead};
     if (fuse_arguments(&o, argv[0], &args) < 0)
         goto out_store;
     fuse = fuse_new(&args, ckptfs_fuse_operations(), sizeof(struct fuse_operations), &octx);

@@ -38,8 +38,6 @@ static void *op_init(struct fuse_conn_info *conn, struct fuse_config *cfg)
     cfg->hard_remove = 1;  /* unlink means unlink: no .fuse_hidden renames */
     conn->max_readahead = c->max_readahead;
     conn->max_write = 1u << 20; /* also raises max_pages, so reads of 1 MiB */
-    if (c->max_read)            /* also a mount option (main.c): libfuse wants both */
-        conn->max_read = c->max_read;
     conn->max_background = 64;
     /* Let the kernel splice file-descriptor replies (local store) into the
      * reader's pages instead of copying them through us. */

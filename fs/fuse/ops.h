@@ -15,7 +15,6 @@ struct ops_context {
     struct core *core;
     double attr_timeout;    /* kernel entry/attribute cache, seconds */
     unsigned max_readahead; /* kernel readahead, bytes */
-    unsigned max_read;      /* largest read request, bytes; 0: the kernel's (1 MiB here) */
 };
 
 const struct fuse_operations *ckptfs_fuse_operations(void);
