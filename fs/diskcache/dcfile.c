@@ -311,10 +311,8 @@ int diskcache_file_unchecked(struct diskcache_file *f, uint64_t off, size_t len)
     if (!chunk_span(f, off, len, &first, &last))
         return 0;
     for (uint32_t i = first; i <= last; i++) {
-        /* no mincore here: a check ahead is a hint, asked of every
-         * planned chunk on every read (8% of a restart's daemon CPU); the
-         * reader's diskcache_file_verify checks again what left the cache */
-        if (atomic_load(&f->state[i]) == CHUNK_UNCHECKED)
+        unsigned char st = atomic_load(&f->state[i]);
+        if (st == CHUNK_UNCHECKED || (st == CHUNK_GOOD && !resident(f, i)))
             return 1;
     }
     return 0;
