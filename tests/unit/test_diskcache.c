@@ -411,6 +411,27 @@ Test(diskcache, read_held_leaves_the_missing_span)
     diskcache_close(dc);
 }
 
+/* a check reads a chunk in pieces: a byte flipped in its last piece (or in
+ * any piece past the first) fails it as one in its first does */
+Test(diskcache, file_check_covers_every_piece_of_a_chunk)
+{
+    struct diskcache *dc = open_cache(64ull << 20, 0);
+    unsigned char *data = pattern(2 * CH, 23);
+    struct diskcache_version v = {"q/f", "\"e\"", 2 * CH};
+    cr_assert_eq(diskcache_put(dc, &v, 0, data, 2 * CH), 0);
+    flip_byte_of_only_data_file(2 * CH - 1); /* chunk 1's last byte */
+    flip_byte_of_only_data_file(CH / 2 + 5); /* a middle piece of chunk 0 */
+    struct diskcache_file *f = NULL;
+    cr_assert_eq(diskcache_file_open(dc, &v, &f), 1);
+    cr_assert_eq(diskcache_file_verify(f, CH, 1), 0, "chunk 1's flipped last byte");
+    cr_assert_eq(diskcache_file_verify(f, 0, 1), 0, "chunk 0's flipped middle byte");
+    diskcache_file_close(f);
+    cr_assert_eq(stats(dc).checksum_failures, 2);
+    cr_assert_eq(stats(dc).held_bytes, 0);
+    free(data);
+    diskcache_close(dc);
+}
+
 /* a version looked up for reads in place: its held chunks are served from
  * its data file once checked; a chunk not held, or whose byte was flipped,
  * is not (the flipped one is dropped from the catalogue); the look-up is
