@@ -318,6 +318,18 @@ int diskcache_file_unchecked(struct diskcache_file *f, uint64_t off, size_t len)
     return 0;
 }
 
+void diskcache_file_recheck_evicted(struct diskcache_file *f, uint64_t off, size_t len)
+{
+    uint32_t first, last;
+    if (!chunk_span(f, off, len, &first, &last))
+        return;
+    for (uint32_t i = first; i <= last; i++) {
+        unsigned char good = CHUNK_GOOD;
+        if (atomic_load(&f->state[i]) == CHUNK_GOOD && !resident(f, i))
+            atomic_compare_exchange_strong(&f->state[i], &good, CHUNK_UNCHECKED);
+    }
+}
+
 int diskcache_file_fd(const struct diskcache_file *f)
 {
     return f->fd;

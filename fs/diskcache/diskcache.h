@@ -120,6 +120,12 @@ int diskcache_file_holds(struct diskcache_file *f, uint64_t off, size_t len);
  * cache since: 1 or 0. */
 int diskcache_file_unchecked(struct diskcache_file *f, uint64_t off, size_t len);
 
+/* Mark the checked chunks holding a byte of [off, off + len) of f whose
+ * pages left the page cache as unchecked, all before any of them is read
+ * again: a check reading one chunk pulls the next ones in by readahead,
+ * which must not pass them off as checked and resident. */
+void diskcache_file_recheck_evicted(struct diskcache_file *f, uint64_t off, size_t len);
+
 /* The data file, read-only: its bytes at their offsets in the version. */
 int diskcache_file_fd(const struct diskcache_file *f);
 

@@ -800,6 +800,7 @@ static int disk_check_ahead(struct cache *c, struct cache_obj *o, uint64_t off, 
     if (!df || !diskcache_file_holds(df, off, (size_t)len))
         return 0;
     uint64_t from = off / DISKCACHE_CHUNK * DISKCACHE_CHUNK, end = off + len;
+    diskcache_file_recheck_evicted(df, from, (size_t)(end - from));
     for (uint64_t at = from; at < end; at += CHECK_JOB_BYTES) {
         uint64_t n = end - at < CHECK_JOB_BYTES ? end - at : CHECK_JOB_BYTES;
         if (!diskcache_file_unchecked(df, at, (size_t)n))
