@@ -433,6 +433,84 @@ int core_read_direct(struct core *core, struct core_file *f, uint64_t off, size_
     return 1;
 }
 
+/* A disk copy is checked whole at open for passthrough if the file is this
+ * small, or is one item of its checkpoint (a load reads it whole anyway) up
+ * to the second size; else reads go through the daemon, which checks only
+ * the chunks they touch (a partial read of a larger file reads no more, and
+ * an open never waits for a long check). */
+#define PASSTHROUGH_SMALL_FILE (8u << 20)
+#define PASSTHROUGH_ONE_ITEM_MAX (256u << 20)
+
+/* Whether a disk copy of spath, size bytes, may be checked whole at open. */
+static int checkable_at_open(struct core *core, const char *spath, uint64_t size)
+{
+    if (size <= PASSTHROUGH_SMALL_FILE)
+        return 1;
+    struct ckindex_span sp[2];
+    return size <= PASSTHROUGH_ONE_ITEM_MAX && core->index &&
+           ckindex_items(core->index, spath, 0, size, sp, 2) == 1 &&
+           sp[0].offset + sp[0].length >= size;
+}
+
+/* Check ahead the disk copies of the files a per-item load reads after
+ * spath (__R_K+1.distcp, __R_K+2.distcp of the same rank R), so that their
+ * opens find them checked. */
+static void check_next_files(struct core *core, const char *spath)
+{
+    const char *base = strrchr(spath, '/');
+    base = base ? base + 1 : spath;
+    unsigned rank, k;
+    int end = 0;
+    if (sscanf(base, "__%u_%u.distcp%n", &rank, &k, &end) != 2 || base[end] != '\0')
+        return;
+    for (unsigned next = k + 1; next <= k + 2; next++) {
+        char path[4096];
+        if (snprintf(path, sizeof path, "%.*s__%u_%u.distcp", (int)(base - spath), spath, rank,
+                     next) >= (int)sizeof path)
+            return;
+        struct store_stat st;
+        uint64_t front;
+        if (version_to_prefetch(core, path, &st, &front) < 0 ||
+            !checkable_at_open(core, path, st.size))
+            continue;
+        int opened;
+        struct cache_obj *o = cache_obj_ref(core->cache, path, st.etag, st.size, &opened);
+        if (!o)
+            continue;
+        if (cache_disk_holds(core->cache, o, 0, st.size))
+            (void)cache_prefetch_ahead(core->cache, o, 0, st.size);
+        cache_obj_unref(core->cache, o);
+    }
+}
+
+int core_file_disk_copy(struct core *core, struct core_file *f, int *fd)
+{
+    if (f->wf || f->fd >= 0 || !f->obj || f->writable || !core->disk)
+        return 0;
+    const char *spath = cache_obj_path(f->obj);
+    uint64_t size = cache_obj_size(f->obj);
+    if (size == 0 || !cache_disk_holds(core->cache, f->obj, 0, size))
+        return 0;
+    if (!checkable_at_open(core, spath, size))
+        return 0;
+    (void)cache_prefetch(core->cache, f->obj, 0, size); /* checks its chunks, several at once */
+    check_next_files(core, spath);
+    return cache_disk_fd(core->cache, f->obj, 0, size, fd);
+}
+
+const void *core_file_version(const struct core_file *f, uint64_t *size)
+{
+    if (f->wf || f->fd >= 0 || !f->obj)
+        return NULL;
+    *size = cache_obj_size(f->obj);
+    return f->obj;
+}
+
+void core_note_passthrough(struct core *core)
+{
+    atomic_fetch_add(&core->passthrough_opens, 1);
+}
+
 void core_release(struct core *core, struct core_file *f)
 {
     core_file_release(core, f, 0);

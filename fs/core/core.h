@@ -133,6 +133,21 @@ void core_file_set_opener(struct core_file *f, pid_t thread);
  * cache, if --direct-reads picks that file (see files.c for why, and the
  * cost). May wait (up to 1 s) for the checkpoint's index being built. */
 int core_file_direct_reads(const struct core *core, const struct core_file *f);
+
+/* If f reads a store version the disk cache holds whole, small enough (8
+ * MiB, or one checkpoint item of up to 256 MiB) to check at open, and every
+ * chunk passes its checksum
+ * (checked here, several at once; the files a per-item load reads next are
+ * checked ahead too): 1 and *fd, the cache's data file (owned by the cache,
+ * open while f is); else 0. For passthrough: the kernel then reads it. */
+int core_file_disk_copy(struct core *core, struct core_file *f, int *fd);
+
+/* What identifies the bytes f reads, and *size their size (NULL: not a
+ * store version; *size unset). */
+const void *core_file_version(const struct core_file *f, uint64_t *size);
+
+/* An open was handed to the kernel in passthrough (counted in the stats). */
+void core_note_passthrough(struct core *core);
 /* close() by thread (0 = unknown): publish what the handle wrote (see
  * stage_flush). Every close(2) of a descriptor sends one, also a forked
  * child's close of one it inherited: a close from another process than the

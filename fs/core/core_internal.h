@@ -59,6 +59,7 @@ struct core {
 
     atomic_uint_fast64_t read_bytes;         /* bytes returned to readers */
     atomic_uint_fast64_t disk_reads;         /* reads spliced from the disk cache's files */
+    atomic_uint_fast64_t passthrough_opens;  /* opens the kernel reads from those files itself */
     atomic_uint_fast64_t item_prefetches;    /* items prefetched whole, guided by the index */
     atomic_uint_fast64_t sibling_prefetches; /* other ranks' chunks of an entered tensor */
     atomic_uint_fast64_t opens;

@@ -11,6 +11,7 @@
 #include "core.h"
 #include "log.h"
 #include "ops.h"
+#include "passthrough.h"
 #include "options.h"
 #include "store.h"
 
@@ -196,6 +197,13 @@ static int mount_on(struct fuse *fuse, const struct options *o)
         return -1;
     }
     raise_kernel_readahead(o->mountpoint, o->max_readahead);
+    if (o->passthrough && o->core.disk_cache_size > 0) {
+        int rc = passthrough_install(fuse_get_session(fuse));
+        if (rc < 0)
+            log_warn("passthrough: cannot watch the FUSE connection (%s): disk cache reads go "
+                     "through the daemon",
+                     strerror(-rc));
+    }
     return 0;
 }
 

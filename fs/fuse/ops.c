@@ -12,6 +12,9 @@
 #include "ops.h"
 
 #include "core.h"
+#include "log.h"
+#include "openmodes.h"
+#include "passthrough.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -61,9 +64,15 @@ static void *op_init(struct fuse_conn_info *conn, struct fuse_config *cfg)
     return c;
 }
 
+/* What fi->fh points to. */
+struct open_handle {
+    struct core_file *f;
+    struct openmode *mode; /* its entry in the table of open modes (NULL: no passthrough) */
+};
+
 static struct core_file *handle(const struct fuse_file_info *fi)
 {
-    return (struct core_file *)(uintptr_t)fi->fh;
+    return ((struct open_handle *)(uintptr_t)fi->fh)->f;
 }
 
 static int op_getattr(const char *path, struct stat *st, struct fuse_file_info *fi)
@@ -123,6 +132,62 @@ static void note_opener(struct core_file *f, const struct fuse_file_info *fi)
         core_file_set_opener(f, fuse_get_context()->pid);
 }
 
+/* The first read-only open of a version in a set of overlapping opens: a
+ * backing id for the disk cache's checked copy, or 0 (read through us). */
+static int decide_passthrough(void *arg)
+{
+    static int told;
+    int fd;
+    if (!passthrough_enabled() || !core_file_disk_copy(ctx()->core, arg, &fd))
+        return 0;
+    int id = passthrough_backing_open(fd);
+    if (id > 0) {
+        core_note_passthrough(ctx()->core);
+        return id;
+    }
+    if (!__atomic_exchange_n(&told, 1, __ATOMIC_RELAXED))
+        log_info("passthrough: the kernel refused a backing file (%s): disk cache reads go "
+                 "through the daemon",
+                 strerror(-id));
+    return 0;
+}
+
+/* Register f, opened at path with fi's flags, in the table of open modes and
+ * make fi->fh its handle: 0, or -errno (f is then released). */
+static int register_open(const char *path, struct core_file *f, struct fuse_file_info *fi)
+{
+    struct open_handle *h = malloc(sizeof *h);
+    if (!h) {
+        core_release(ctx()->core, f);
+        return -ENOMEM;
+    }
+    *h = (struct open_handle){.f = f};
+    int id = 0;
+    if (passthrough_enabled()) { /* known at INIT, before any open: the same for all */
+        int read_only = (fi->flags & O_ACCMODE) == O_RDONLY;
+        struct openmode_want w = {.decide = decide_passthrough, .arg = f};
+        if (read_only)
+            w.version = core_file_version(f, &w.size);
+        int rc = openmodes_open(path, &w, &h->mode, &id);
+        if (rc < 0) {
+            if (rc == -ETXTBSY)
+                log_info("open %s: refused, the file is open in passthrough (from the disk "
+                         "cache) and this open cannot share it",
+                         path);
+            free(h);
+            core_release(ctx()->core, f);
+            return rc;
+        }
+    }
+    fi->fh = (uint64_t)(uintptr_t)h;
+    if (id > 0) {
+        fi->keep_cache = 0; /* the kernel refuses them with passthrough */
+        fi->direct_io = 0;
+        passthrough_expect_open(fi->fh, id);
+    }
+    return 0;
+}
+
 static int op_open(const char *path, struct fuse_file_info *fi)
 {
     struct core_file *f;
@@ -130,13 +195,12 @@ static int op_open(const char *path, struct fuse_file_info *fi)
     int rc = core_open(ctx()->core, path, fi->flags, &f, &keep);
     if (rc < 0)
         return rc;
-    fi->fh = (uint64_t)(uintptr_t)f;
     fi->keep_cache = keep;
     note_opener(f, fi);
     write_only_direct(fi);
     if (core_file_direct_reads(ctx()->core, f)) /* no kernel readahead past a partial load */
         fi->direct_io = 1;
-    return 0;
+    return register_open(path, f, fi);
 }
 
 /* The attributes a new file or directory gets besides the mount's
@@ -165,10 +229,9 @@ static int op_create(const char *path, mode_t mode, struct fuse_file_info *fi)
     struct store_attrs a = creation_attrs(mode, 0644);
     if (a.set)
         core_setattr(ctx()->core, path, f, &a);
-    fi->fh = (uint64_t)(uintptr_t)f;
     note_opener(f, fi);
     write_only_direct(fi);
-    return 0;
+    return register_open(path, f, fi);
 }
 
 /* Writes come as a buffer vector: memory, or with splice a pipe holding the
@@ -224,7 +287,10 @@ static int op_fsyncdir(const char *path, int datasync, struct fuse_file_info *fi
 
 static int op_unlink(const char *path)
 {
-    return core_unlink(ctx()->core, path);
+    int rc = core_unlink(ctx()->core, path);
+    if (rc == 0 && passthrough_enabled())
+        openmodes_forget(path);
+    return rc;
 }
 
 static int op_mkdir(const char *path, mode_t mode)
@@ -283,7 +349,12 @@ static int op_rmdir(const char *path)
 
 static int op_rename(const char *from, const char *to, unsigned int flags)
 {
-    return core_rename(ctx()->core, from, to, flags);
+    int rc = core_rename(ctx()->core, from, to, flags);
+    if (rc == 0 && passthrough_enabled()) {
+        openmodes_forget(to); /* replaced: its open handles keep the old inode */
+        openmodes_rename(from, to);
+    }
+    return rc;
 }
 
 /* Modes, owners and times are stored (docs/semantics.md, "Modes, owners
@@ -389,7 +460,11 @@ static int op_read_buf(const char *path, struct fuse_bufvec **bufp, size_t size,
 static int op_release(const char *path, struct fuse_file_info *fi)
 {
     (void)path;
-    core_release(ctx()->core, (struct core_file *)(uintptr_t)fi->fh);
+    struct open_handle *h = (struct open_handle *)(uintptr_t)fi->fh;
+    if (h->mode)
+        openmodes_close(h->mode, passthrough_backing_close);
+    core_release(ctx()->core, h->f);
+    free(h);
     return 0;
 }
 

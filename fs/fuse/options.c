@@ -85,6 +85,16 @@ static int set_direct_reads(struct options *o, const char *v)
     return -1;
 }
 
+static int set_passthrough(struct options *o, const char *v)
+{
+    if (strcmp(v, "auto") == 0 || strcmp(v, "off") == 0) {
+        o->passthrough = strcmp(v, "auto") == 0;
+        return 0;
+    }
+    fprintf(stderr, "ckptfs: bad --passthrough '%s' (auto or off)\n", v);
+    return -1;
+}
+
 static int set_attrs(struct options *o, const char *v)
 {
     if (strcmp(v, "known") == 0 || strcmp(v, "exact") == 0) {
@@ -170,6 +180,12 @@ static const struct opt table[] = {
      "the disk cache never fills its file system past the last\n"
      "PCT percent free: least recently used objects go (5)",
      NULL, NULL},
+    {"passthrough", 0, K_CUSTOM, 0, 0, 0, "MODE",
+     "auto: a file the disk cache holds whole is checked at open\n"
+     "and the kernel reads it from there itself (FUSE passthrough:\n"
+     "Linux 6.9+, root; else reads go through the daemon) (default);\n"
+     "off: disk cache reads always go through the daemon",
+     set_passthrough, NULL},
     {"request-size", 0, K_SIZE32, F(core.request_size), 1 * MiB, 64 * MiB, "SIZE",
      "largest single ranged GET of a readahead or a\ncheckpoint item (8M)", NULL, NULL},
     {"readahead", 0, K_SIZE64, F(core.readahead_max), 1 * MiB, 0, "SIZE",
@@ -468,6 +484,7 @@ void options_defaults(struct options *o)
      * it reads ahead is fetched, so a partial load pays for up to this much
      * past its last item; --kernel-readahead trades the two. */
     o->max_readahead = 1u << 20;
+    o->passthrough = 1;
     o->core.stats_interval = 5;
 }
 

@@ -22,6 +22,7 @@ struct options {
     struct store_options store;
     struct core_config core;
     unsigned max_readahead; /* the kernel's readahead for the mount */
+    int passthrough;        /* --passthrough=auto (1) or off (0) */
 };
 
 /* Defaults for every field (core_config_defaults and the rest). */
