@@ -128,6 +128,10 @@ int core_truncate(struct core *core, const char *path, struct core_file *f, uint
 /* Remember the thread (kernel thread id, as FUSE names callers; 0 =
  * unknown) that opened f for writing, and its process. */
 void core_file_set_opener(struct core_file *f, pid_t thread);
+
+/* A pointer the adapter keeps with f (NULL until set; not freed by the core). */
+void core_file_set_tag(struct core_file *f, void *tag);
+void *core_file_tag(const struct core_file *f);
 /* 1 if reads of f should bypass the kernel's page cache (FOPEN_DIRECT_IO):
  * a read-only handle of a checkpoint's *.distcp read through the block
  * cache, if --direct-reads picks that file (see files.c for why, and the

@@ -90,6 +90,7 @@ struct core_file {
     uint64_t released_to; /* blocks before this were released behind the reader */
     int superseded;       /* this mount published a newer version of its path (files_lock) */
     int in_checkpoint;    /* a file of a checkpoint directory: its close keeps the listing */
+    void *tag;            /* the adapter's (core_file_set_tag) */
     struct core_file *prev, *next; /* core->files, protected by core->files_lock */
 };
 

@@ -82,6 +82,16 @@ int core_file_direct_reads(const struct core *core, const struct core_file *f)
     return shared <= total / SHARED_MAX_PART;
 }
 
+void core_file_set_tag(struct core_file *f, void *tag)
+{
+    f->tag = tag;
+}
+
+void *core_file_tag(const struct core_file *f)
+{
+    return f->tag;
+}
+
 struct core_file *core_file_new(void)
 {
     struct core_file *f = calloc(1, sizeof *f);

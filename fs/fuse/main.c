@@ -10,6 +10,7 @@
  */
 #include "core.h"
 #include "log.h"
+#include "openmodes.h"
 #include "ops.h"
 #include "passthrough.h"
 #include "options.h"
@@ -394,6 +395,7 @@ out_unmount:
     fuse_unmount(fuse);
 out_fuse:
     fuse_destroy(fuse);
+    openmodes_clear(); /* handles still open at the unmount */
     core_destroy(core);
 out_args:
     fuse_opt_free_args(&args);

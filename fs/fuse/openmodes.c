@@ -26,6 +26,7 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t decided = PTHREAD_COND_INITIALIZER;
 #define BUCKETS 1024
 static struct openmode *table[BUCKETS];
+static struct openmode *forgotten; /* unlisted entries with handles open */
 
 static struct openmode **bucket(const char *path)
 {
@@ -119,8 +120,15 @@ void openmodes_close(struct openmode *m, void (*close_backing)(int id))
     m->refs--;
     int last = m->refs == 0, id = m->backing_id;
     if (last) {
-        if (m->path)
+        if (m->path) {
             unlist_locked(m);
+        } else {
+            for (struct openmode **p = &forgotten; *p; p = &(*p)->next)
+                if (*p == m) {
+                    *p = m->next;
+                    break;
+                }
+        }
         free(m);
     }
     pthread_mutex_unlock(&lock);
@@ -175,7 +183,25 @@ void openmodes_forget(const char *path)
 {
     pthread_mutex_lock(&lock);
     struct openmode *m = find_locked(path);
-    if (m)
+    if (m) {
         unlist_locked(m);
+        m->next = forgotten;
+        forgotten = m;
+    }
+    pthread_mutex_unlock(&lock);
+}
+
+void openmodes_clear(void)
+{
+    pthread_mutex_lock(&lock);
+    for (size_t b = 0; b <= BUCKETS; b++) {
+        struct openmode **head = b < BUCKETS ? &table[b] : &forgotten;
+        while (*head) {
+            struct openmode *m = *head;
+            *head = m->next;
+            free(m->path);
+            free(m);
+        }
+    }
     pthread_mutex_unlock(&lock);
 }

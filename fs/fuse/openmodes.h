@@ -49,4 +49,8 @@ void openmodes_rename(const char *from, const char *to);
  * by a rename): later opens of path start afresh. */
 void openmodes_forget(const char *path);
 
+/* Free every entry, also those of handles never closed (after the FUSE
+ * loop ended: an unmount with files still open). */
+void openmodes_clear(void);
+
 #endif

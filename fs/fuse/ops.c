@@ -64,15 +64,9 @@ static void *op_init(struct fuse_conn_info *conn, struct fuse_config *cfg)
     return c;
 }
 
-/* What fi->fh points to. */
-struct open_handle {
-    struct core_file *f;
-    struct openmode *mode; /* its entry in the table of open modes (NULL: no passthrough) */
-};
-
 static struct core_file *handle(const struct fuse_file_info *fi)
 {
-    return ((struct open_handle *)(uintptr_t)fi->fh)->f;
+    return (struct core_file *)(uintptr_t)fi->fh;
 }
 
 static int op_getattr(const char *path, struct stat *st, struct fuse_file_info *fi)
@@ -152,34 +146,29 @@ static int decide_passthrough(void *arg)
     return 0;
 }
 
-/* Register f, opened at path with fi's flags, in the table of open modes and
- * make fi->fh its handle: 0, or -errno (f is then released). */
+/* Register f, opened at path with fi's flags, in the table of open modes
+ * (its entry is f's tag) and make fi->fh its handle: 0, or -errno (f is then
+ * released). */
 static int register_open(const char *path, struct core_file *f, struct fuse_file_info *fi)
 {
-    struct open_handle *h = malloc(sizeof *h);
-    if (!h) {
-        core_release(ctx()->core, f);
-        return -ENOMEM;
-    }
-    *h = (struct open_handle){.f = f};
     int id = 0;
     if (passthrough_enabled()) { /* known at INIT, before any open: the same for all */
-        int read_only = (fi->flags & O_ACCMODE) == O_RDONLY;
+        struct openmode *mode;
         struct openmode_want w = {.decide = decide_passthrough, .arg = f};
-        if (read_only)
+        if ((fi->flags & O_ACCMODE) == O_RDONLY)
             w.version = core_file_version(f, &w.size);
-        int rc = openmodes_open(path, &w, &h->mode, &id);
+        int rc = openmodes_open(path, &w, &mode, &id);
         if (rc < 0) {
             if (rc == -ETXTBSY)
                 log_info("open %s: refused, the file is open in passthrough (from the disk "
                          "cache) and this open cannot share it",
                          path);
-            free(h);
             core_release(ctx()->core, f);
             return rc;
         }
+        core_file_set_tag(f, mode);
     }
-    fi->fh = (uint64_t)(uintptr_t)h;
+    fi->fh = (uint64_t)(uintptr_t)f;
     if (id > 0) {
         fi->keep_cache = 0; /* the kernel refuses them with passthrough */
         fi->direct_io = 0;
@@ -460,11 +449,11 @@ static int op_read_buf(const char *path, struct fuse_bufvec **bufp, size_t size,
 static int op_release(const char *path, struct fuse_file_info *fi)
 {
     (void)path;
-    struct open_handle *h = (struct open_handle *)(uintptr_t)fi->fh;
-    if (h->mode)
-        openmodes_close(h->mode, passthrough_backing_close);
-    core_release(ctx()->core, h->f);
-    free(h);
+    struct core_file *f = handle(fi);
+    struct openmode *mode = core_file_tag(f);
+    if (mode)
+        openmodes_close(mode, passthrough_backing_close);
+    core_release(ctx()->core, f);
     return 0;
 }
 

@@ -126,3 +126,19 @@ Test(openmodes, forgotten_path_decides_afresh)
     cr_assert_eq(atomic_load(&closed_id), 7);
     openmodes_close(fresh, note_close);
 }
+
+Test(openmodes, clear_frees_entries_of_handles_never_closed)
+{
+    struct openmode *listed, *gone;
+    int id;
+    struct openmode_want w = reader(&version_a);
+    cr_assert_eq(openmodes_open("/t/left-open", &w, &listed, &id), 0);
+    cr_assert_eq(openmodes_open("/t/left-unlinked", &w, &gone, &id), 0);
+    openmodes_forget("/t/left-unlinked");
+    openmodes_clear(); /* the unmount */
+    struct openmode *fresh;
+    struct openmode_want writer = {.decide = decide_id};
+    cr_assert_eq(openmodes_open("/t/left-open", &writer, &fresh, &id), 0);
+    cr_assert_eq(id, 0, "the cleared set is gone: a fresh decision");
+    openmodes_close(fresh, note_close);
+}
