@@ -122,7 +122,6 @@ static void add_to_open(struct iovec *iov, int count, struct wire_open_out *copy
         return;
     copy->open_flags |= OPEN_PASSTHROUGH_FLAG;
     copy->backing_id = expect_id;
-
     iov[1].iov_base = copy;
 }
 

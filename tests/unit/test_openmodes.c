@@ -35,6 +35,12 @@ static struct openmode_want reader(const void *version)
     return (struct openmode_want){.version = version, .size = 100, .decide = decide_id};
 }
 
+/* An open that writes: never in passthrough. */
+static struct openmode_want writer(void)
+{
+    return (struct openmode_want){.decide = decide_id};
+}
+
 static void *open_a(void *arg)
 {
     struct openmode **out = arg;
@@ -70,12 +76,12 @@ Test(openmodes, writers_and_other_versions_cannot_join_passthrough)
     struct openmode_want w = reader(&version_a);
     cr_assert_eq(openmodes_open("/t/w", &w, &m, &id), 0);
     cr_assert_eq(id, 7);
-    struct openmode_want writer = {.decide = decide_id};
-    cr_assert_eq(openmodes_open("/t/w", &writer, &other, &id), -ETXTBSY);
+    struct openmode_want w_writer = writer();
+    cr_assert_eq(openmodes_open("/t/w", &w_writer, &other, &id), -ETXTBSY);
     struct openmode_want newer = reader(&version_b);
     cr_assert_eq(openmodes_open("/t/w", &newer, &other, &id), -ETXTBSY);
     openmodes_close(m, note_close);
-    cr_assert_eq(openmodes_open("/t/w", &writer, &other, &id), 0);
+    cr_assert_eq(openmodes_open("/t/w", &w_writer, &other, &id), 0);
     cr_assert_eq(id, 0);
     openmodes_close(other, note_close);
 }
@@ -84,8 +90,8 @@ Test(openmodes, a_set_read_through_the_daemon_keeps_later_opens_out_of_passthrou
 {
     struct openmode *m, *later;
     int id;
-    struct openmode_want writer = {.decide = decide_id};
-    cr_assert_eq(openmodes_open("/t/c", &writer, &m, &id), 0);
+    struct openmode_want w_writer = writer();
+    cr_assert_eq(openmodes_open("/t/c", &w_writer, &m, &id), 0);
     atomic_store(&decisions, 0);
     struct openmode_want w = reader(&version_a);
     cr_assert_eq(openmodes_open("/t/c", &w, &later, &id), 0);
@@ -118,8 +124,8 @@ Test(openmodes, forgotten_path_decides_afresh)
     struct openmode_want w = reader(&version_a);
     cr_assert_eq(openmodes_open("/t/u", &w, &m, &id), 0);
     openmodes_forget("/t/u"); /* unlinked: a new file of that name is another inode */
-    struct openmode_want writer = {.decide = decide_id};
-    cr_assert_eq(openmodes_open("/t/u", &writer, &fresh, &id), 0);
+    struct openmode_want w_writer = writer();
+    cr_assert_eq(openmodes_open("/t/u", &w_writer, &fresh, &id), 0);
     cr_assert_eq(id, 0);
     atomic_store(&closed_id, 0);
     openmodes_close(m, note_close);
@@ -137,8 +143,8 @@ Test(openmodes, clear_frees_entries_of_handles_never_closed)
     openmodes_forget("/t/left-unlinked");
     openmodes_clear(); /* the unmount */
     struct openmode *fresh;
-    struct openmode_want writer = {.decide = decide_id};
-    cr_assert_eq(openmodes_open("/t/left-open", &writer, &fresh, &id), 0);
+    struct openmode_want w_writer = writer();
+    cr_assert_eq(openmodes_open("/t/left-open", &w_writer, &fresh, &id), 0);
     cr_assert_eq(id, 0, "the cleared set is gone: a fresh decision");
     openmodes_close(fresh, note_close);
 }
