@@ -50,18 +50,19 @@ int core_stats_json(struct core *core, char *buf, size_t len)
     struct diskcache_stats ds = {0};
     if (core->disk)
         diskcache_get_stats(core->disk, &ds);
-    char disk[1024];
+    char disk[1536];
     snprintf(disk, sizeof disk,
              "\"disk_cache\": {\"enabled\": %s, \"capacity\": %llu, \"hits\": %llu, "
              "\"hit_bytes\": %llu, \"misses\": %llu, \"stored_chunks\": %llu, "
              "\"stored_bytes\": %llu, \"adopted_files\": %llu, \"adopted_bytes\": %llu, "
              "\"evictions\": %llu, \"evicted_bytes\": %llu, \"checksum_failures\": %llu, "
-             "\"put_failures\": %llu, \"fill_dropped\": %llu, \"held_bytes\": %llu, "
+             "\"checked_chunks\": %llu, \"put_failures\": %llu, \"fill_dropped\": %llu, "
+             "\"held_bytes\": %llu, "
              "\"objects\": %llu, \"in_place_reads\": %llu, \"passthrough_opens\": %llu}",
              core->disk ? "true" : "false", U(core->disk ? core->cfg.disk_cache_size : 0),
              U(ds.hits), U(ds.hit_bytes), U(ds.misses), U(ds.stored_chunks), U(ds.stored_bytes),
              U(ds.adopted_files), U(ds.adopted_bytes), U(ds.evictions), U(ds.evicted_bytes),
-             U(ds.checksum_failures), U(ds.put_failures),
+             U(ds.checksum_failures), U(ds.checked_chunks), U(ds.put_failures),
              U(core->fill ? diskfill_dropped(core->fill) : 0), U(ds.held_bytes), U(ds.objects),
              U(atomic_load(&core->disk_reads)), U(atomic_load(&core->passthrough_opens)));
 #undef A

@@ -180,6 +180,7 @@ static int check_chunk(struct diskcache_file *f, uint32_t i, unsigned char *buf)
         crc = crc32c(crc, buf, n);
         at += n;
     }
+    atomic_fetch_add(&f->dc->checked_chunks, 1);
     if (at == c.len && crc == c.crc)
         return CHUNK_GOOD;
     struct diskcache_version v = {.path = f->path, .etag = f->etag, .size = f->size};

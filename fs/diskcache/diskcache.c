@@ -1023,4 +1023,5 @@ void diskcache_get_stats(struct diskcache *dc, struct diskcache_stats *out)
     dc_cache_lock(dc);
     *out = dc->st;
     dc_cache_unlock(dc);
+    out->checked_chunks = atomic_load(&dc->checked_chunks);
 }

@@ -50,6 +50,7 @@ struct diskcache_stats {
     uint64_t evictions;           /* objects dropped to stay within the bounds */
     uint64_t evicted_bytes;       /* bytes they held */
     uint64_t checksum_failures;   /* chunks whose bytes did not match their crc32c */
+    uint64_t checked_chunks;      /* chunks whose crc32c was checked (good or not) */
     uint64_t put_failures;        /* chunks or files not kept (disk full, I/O error) */
     uint64_t held_bytes, objects; /* what the cache holds now */
 };

@@ -26,6 +26,7 @@ struct diskcache {
     pthread_mutex_t lock; /* write transactions, stats, held_bytes, objects */
     pthread_t owner;      /* who holds lock (valid while held): for assertions */
     struct diskcache_stats st;
+    atomic_uint_fast64_t checked_chunks; /* st.checked_chunks, counted without the lock */
     int put_failure_logged;
     /* Versions looked up for reads in place (diskcache_file_open), in use or
      * idle (kept, with what was checked, for the next open of the version):

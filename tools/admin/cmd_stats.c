@@ -156,12 +156,12 @@ static void print_summary(const char *mnt, json_t *j)
                fmt_size(a, sizeof a, num(j, "disk_cache.stored_bytes")),
                fmt_size(b, sizeof b, num(j, "disk_cache.adopted_bytes")),
                num(j, "disk_cache.adopted_files"));
-        printf("  %.0f evictions (%s), %.0f checksum failures, %.0f not kept (disk full or "
-               "failing), %.0f not queued (writer behind)\n",
+        printf("  %.0f evictions (%s), %.0f checksum failures in %.0f chunks checked, %.0f not "
+               "kept (disk full or failing), %.0f not queued (writer behind)\n",
                num(j, "disk_cache.evictions"),
                fmt_size(a, sizeof a, num(j, "disk_cache.evicted_bytes")),
-               num(j, "disk_cache.checksum_failures"), num(j, "disk_cache.put_failures"),
-               num(j, "disk_cache.fill_dropped"));
+               num(j, "disk_cache.checksum_failures"), num(j, "disk_cache.checked_chunks"),
+               num(j, "disk_cache.put_failures"), num(j, "disk_cache.fill_dropped"));
     } else {
         printf("  disabled (--disk-cache-size)\n");
     }
