@@ -452,35 +452,57 @@ static int checkable_at_open(struct core *core, const char *spath, uint64_t size
            sp[0].offset + sp[0].length >= size;
 }
 
-/* Check ahead the disk copies of the files a per-item load reads after
- * spath (__R_K+1.distcp, __R_K+2.distcp of the same rank R), so that their
- * opens find them checked. */
+/* Check ahead the disk copy of file path if the disk cache holds it whole
+ * and an open would check it (metadata cache only: never asks the store).
+ * 1 if path is a known file, 0 if the metadata cache does not know it. */
+static int check_ahead_file(struct core *core, const char *path)
+{
+    struct store_stat st;
+    uint64_t front;
+    if (version_to_prefetch(core, path, &st, &front) < 0)
+        return 0;
+    if (!checkable_at_open(core, path, st.size))
+        return 1;
+    int opened;
+    struct cache_obj *o = cache_obj_ref(core->cache, path, st.etag, st.size, &opened);
+    if (!o)
+        return 1;
+    if (cache_disk_holds(core->cache, o, 0, st.size))
+        (void)cache_prefetch_ahead(core->cache, o, 0, st.size);
+    cache_obj_unref(core->cache, o);
+    return 1;
+}
+
+/* Ranks whose first file the open of a .metadata checks ahead, at most. */
+#define CHECK_AHEAD_RANKS 4096
+
+/* Check ahead the disk copies of the files a per-item load (torch 1.13's
+ * names) reads next, so that their opens find them checked: after spath
+ * (__R_K.distcp), __R_K+1 and __R_K+2 of the same rank R; after the
+ * directory's .metadata (every rank reads it first), each rank's first file
+ * __R_0 that the disk cache holds (what this node saved or read before). */
 static void check_next_files(struct core *core, const char *spath)
 {
     const char *base = strrchr(spath, '/');
     base = base ? base + 1 : spath;
+    int dirlen = (int)(base - spath);
+    char path[4096];
+    if (strcmp(base, ".metadata") == 0) {
+        for (unsigned rank = 0; rank < CHECK_AHEAD_RANKS; rank++)
+            if (snprintf(path, sizeof path, "%.*s__%u_0.distcp", dirlen, spath, rank) >=
+                    (int)sizeof path ||
+                !check_ahead_file(core, path))
+                return;
+        return;
+    }
     unsigned rank, k;
     int end = 0;
     if (sscanf(base, "__%u_%u.distcp%n", &rank, &k, &end) != 2 || base[end] != '\0')
         return;
-    for (unsigned next = k + 1; next <= k + 2; next++) {
-        char path[4096];
-        if (snprintf(path, sizeof path, "%.*s__%u_%u.distcp", (int)(base - spath), spath, rank,
-                     next) >= (int)sizeof path)
-            return;
-        struct store_stat st;
-        uint64_t front;
-        if (version_to_prefetch(core, path, &st, &front) < 0 ||
-            !checkable_at_open(core, path, st.size))
-            continue;
-        int opened;
-        struct cache_obj *o = cache_obj_ref(core->cache, path, st.etag, st.size, &opened);
-        if (!o)
-            continue;
-        if (cache_disk_holds(core->cache, o, 0, st.size))
-            (void)cache_prefetch_ahead(core->cache, o, 0, st.size);
-        cache_obj_unref(core->cache, o);
-    }
+    for (unsigned next = k + 1; next <= k + 2; next++)
+        if (snprintf(path, sizeof path, "%.*s__%u_%u.distcp", dirlen, spath, rank, next) <
+            (int)sizeof path)
+            (void)check_ahead_file(core, path);
 }
 
 int core_file_disk_copy(struct core *core, struct core_file *f, int *fd)

@@ -193,3 +193,35 @@ def test_signal_with_a_file_open_in_passthrough_exits_cleanly(store, mounter):
             pass  # the mount is gone
     assert rc == 0, m.log()
     assert not harness.sanitizer_reports(m.log()), m.log()
+
+
+def checked_when_settled(m, at_least):
+    """disk_cache.checked_chunks once it reached at_least and stopped moving (the checks
+    ahead run on the daemon's workers); what it is then, or the last value seen."""
+    deadline = time.monotonic() + 30 * harness.slow_factor()
+    last, still_since = None, time.monotonic()
+    while time.monotonic() < deadline:
+        now = m.stats()["disk_cache"]["checked_chunks"]
+        if now != last:
+            last, still_since = now, time.monotonic()
+        elif now >= at_least and time.monotonic() - still_since > 0.5:
+            return now
+        time.sleep(0.05)
+    return last
+
+
+def test_opening_metadata_checks_each_ranks_first_file_ahead(store, mounter):
+    """Every rank of a load opens the checkpoint's .metadata first, then its first file:
+    on a restart, that open starts the checks of each rank's first file the disk cache
+    holds (__R_0.distcp, R = 0, 1, ... while known), so the ranks' first opens find them
+    checked. Rank 0's second file is left to the open of its first."""
+    meta = harness.data(4096, 92)
+    files = {f"ck/__{r}_{k}.distcp": harness.data(2 * MiB, 93 + 2 * r + k)
+             for r, k in ((0, 0), (1, 0), (0, 1))}
+    m = cached_mount(store, mounter, {"ck/.metadata": meta, **files})  # opens .metadata
+    # .metadata's one chunk, then the 2 chunks of __0_0 and of __1_0 (not __0_1's)
+    assert checked_when_settled(m, 5) == 5, m.stats()["disk_cache"]
+    for name, content in files.items():
+        with open(m.p(name), "rb") as f:
+            assert f.read() == content, name
+    assert m.stats()["get_bytes"] <= len(meta)  # the index build's GET of .metadata only
