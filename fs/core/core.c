@@ -735,6 +735,7 @@ void core_destroy(struct core *core)
     diskcache_close(core->disk); /* after the stage: it adopts staged files */
     ckindex_close(core->index);
     meta_destroy(&core->meta);
+    core_notices_clear(core);
     assert(!core->listings); /* every lookup has returned */
     pthread_mutex_destroy(&core->listing_lock);
     pthread_cond_destroy(&core->listing_done);

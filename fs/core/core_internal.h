@@ -56,6 +56,8 @@ struct core {
     pthread_cond_t listing_done;        /* a listing in flight ended */
     struct listing_flight *listings;    /* protected by listing_lock */
     atomic_uint_fast64_t listing_waits; /* lookups that waited for another's listing */
+    struct held_notice *notices;        /* notices.c, protected by listing_lock */
+    atomic_uint held_notices;           /* length of notices */
 
     atomic_uint_fast64_t read_bytes;         /* bytes returned to readers */
     atomic_uint_fast64_t disk_reads;         /* reads spliced from the disk cache's files */
@@ -121,6 +123,23 @@ void core_keep_opened_size(struct core *core, const char *spath, struct store_st
 /* A directory holding staged files shows the later of their times and what
  * the metadata cache knows of its time on the store. */
 void core_staged_dir_time(struct core *core, const char *spath, struct store_stat *st);
+
+/* ---- notices.c: index notices of directories listed on the way ---- */
+
+/* dir was listed whole by a listing of a directory above it: hold its scan
+ * (taken: *scan is emptied) until a lookup in dir uses that listing. 0, or
+ * -ENOSPC/-ENOMEM (nothing held: dir must not be marked listed). */
+int core_notice_hold(struct core *core, const char *dir, struct ckindex_scan *scan);
+
+/* A lookup in dir uses its listing: the index notices dir now if a notice
+ * was held for it. */
+void core_notice_due(struct core *core, const char *dir);
+
+/* dir was listed itself (or anew): drop a notice held for it. */
+void core_notice_cancel(struct core *core, const char *dir);
+
+/* Drop every held notice (at exit, no lookup running). */
+void core_notices_clear(struct core *core);
 
 /* ---- listing.c: lookups and listings ---- */
 

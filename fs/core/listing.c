@@ -12,6 +12,7 @@
 #include "clock.h"
 #include "log.h"
 #include "strutil.h"
+#include "subtree.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -270,6 +271,7 @@ struct below {
     char group[256];            /* the subdirectory whose keys come now, or "" */
     size_t group_keys;          /* how many of its keys came */
     struct store_stat group_st; /* its attributes so far */
+    struct subtree sub;         /* subdirectories listed whole on the way */
 };
 
 /* The pending subdirectory's keys ended: report it. */
@@ -314,13 +316,55 @@ static int below_entry(void *arg, const char *rel, const struct store_stat *s)
     struct below *b = arg;
     b->keys++;
     int rc = below_key(b, rel, s);
+    if (rc == 0)
+        subtree_key(&b->sub, rel, s);
     if (rc == 0 && b->l->limit && b->keys >= b->l->limit) {
         b->l->cut = 1;      /* a page's worth: large, looked up by name (no second page) */
         b->group[0] = '\0'; /* its keys may go on: its time is not known, not reported */
+        subtree_end(&b->sub, 0);
         return 1;
     }
     return rc;
 }
+
+/* l->dir's subdirectory sub (relative): its store path into buf, or -1 if
+ * too long. */
+static int sub_path(const struct listing *l, const char *sub, char *buf, size_t len)
+{
+    int n = snprintf(buf, len, "%s%s%s", l->dir, *l->dir ? "/" : "", sub);
+    return n > 0 && (size_t)n < len ? 0 : -1;
+}
+
+/* subtree_ops.entry: an entry of a subdirectory listed on the way goes into
+ * the metadata cache as its own listing would put it (listing_put). */
+static void sub_entry(void *arg, const char *sub, const char *name, const struct store_stat *st)
+{
+    struct listing *l = arg;
+    char dir[4096], child[4096];
+    if (sub_path(l, sub, dir, sizeof dir) < 0 ||
+        snprintf(child, sizeof child, "%s/%s", dir, name) >= (int)sizeof child)
+        return;
+    if (l->core->stage && stage_has_entry(l->core->stage, dir, name))
+        meta_put_if_absent(&l->core->meta, child, 0, st, l->stamp);
+    else
+        meta_put(&l->core->meta, child, 0, st, l->stamp);
+}
+
+/* subtree_ops.whole: a subdirectory whose keys all came is marked listed by
+ * this listing (its stamp); the index notices it when a lookup there uses
+ * the mark (notices.c). Too many held: not marked (its lookups list it). */
+static void sub_whole(void *arg, const char *sub, int64_t newest, uint64_t keys,
+                      struct ckindex_scan *scan)
+{
+    struct listing *l = arg;
+    char dir[4096];
+    if (sub_path(l, sub, dir, sizeof dir) == 0 &&
+        (!l->core->index || core_notice_hold(l->core, dir, scan) == 0))
+        mark_listed(l->core, dir, 0, l->stamp, newest, keys);
+    ckindex_scan_drop(scan); /* held: emptied already */
+}
+
+static const struct subtree_ops sub_ops = {.entry = sub_entry, .whole = sub_whole};
 
 struct listing_flight {
     struct listing_flight *next;
@@ -455,8 +499,10 @@ static enum listing_state dir_listing_stamp(struct core *core, const char *dir, 
     for (;;) {
         struct meta_entry mark;
         int known = listing_from_mark(core, dir, stamp, &mark);
-        if (known == LISTED)
+        if (known == LISTED) {
+            core_notice_due(core, dir); /* listed on the way by a directory above */
             return LISTED;
+        }
         int whole = known == NOT_LISTED; /* large: list it whole once the rent is paid */
         if (whole && mark.rent < listing_price(core, dir, &mark))
             return NOT_LISTED;
@@ -486,6 +532,7 @@ static enum listing_state dir_listing(struct core *core, const char *dir)
  * metadata cache what the listing found (a file absent from it is absent). */
 static void notice_listed(struct core *core, const char *dir, struct listing *l, int complete)
 {
+    core_notice_cancel(core, dir); /* one held from a listing above: this one is newer */
     if (core->index)
         ckindex_scan_end(core->index, dir, &l->scan, complete);
 }
@@ -504,9 +551,11 @@ static enum listing_state list_dir(struct core *core, const char *dir, double *s
     uint64_t keys;
     if (core->store->ops->list_below) {
         struct below b = {.l = &l};
+        subtree_init(&b.sub, &sub_ops, &l);
         rc = core->store->ops->list_below(core->store, dir, below_entry, &b);
         if (rc == 0 && !l.cut)
             rc = below_flush(&b);
+        subtree_end(&b.sub, rc == 0 && !l.cut);
         newest = b.keys ? b.newest : DIR_TIME_EMPTY;
         keys = b.keys;
         if (rc == 0 && b.keys > 0) /* something below: a directory, of this time */
@@ -548,12 +597,24 @@ static enum listing_state list_dir(struct core *core, const char *dir, double *s
     return l.cut ? NOT_LISTED : LISTED;
 }
 
+/* A lookup of spath is answered from the metadata cache: if a listing of a
+ * directory above put spath's directory there on the way, the index
+ * notices that directory now (notices.c). */
+static void notice_parent_due(struct core *core, const char *spath)
+{
+    char dir[4096];
+    if (atomic_load(&core->held_notices) && *spath && path_dir(spath, dir, sizeof dir) == 0)
+        core_notice_due(core, dir);
+}
+
 int core_lookup_store(struct core *core, const char *spath, struct store_stat *st)
 {
     int err;
     enum meta_state known = meta_find(&core->meta, spath, &err, st);
-    if (known == META_FRESH)
+    if (known == META_FRESH) {
+        notice_parent_due(core, spath);
         return err;
+    }
     char dir[4096];
     double stamp;
     int in_dir = *spath && path_dir(spath, dir, sizeof dir) == 0;

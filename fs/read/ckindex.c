@@ -594,6 +594,11 @@ void ckindex_scan_end(struct ckindex *ci, const char *dir, struct ckindex_scan *
             if (strcmp(sc->files[i].name, ".metadata") == 0)
                 ckindex_notice(ci, dir, &sc->files[i].st);
     }
+    ckindex_scan_drop(sc);
+}
+
+void ckindex_scan_drop(struct ckindex_scan *sc)
+{
     meta_free(sc->files, sc->n);
     *sc = (struct ckindex_scan){0};
 }

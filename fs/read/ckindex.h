@@ -91,6 +91,9 @@ void ckindex_scan_add(struct ckindex_scan *sc, const char *name, const struct st
  * counts), then free sc's contents. */
 void ckindex_scan_end(struct ckindex *ci, const char *dir, struct ckindex_scan *sc, int complete);
 
+/* Free sc's contents without noticing anything (a listing nobody uses). */
+void ckindex_scan_drop(struct ckindex_scan *sc);
+
 /* What the mount knows of the file at store path without a request (its
  * metadata cache): 0 and *size, -ENOENT (known absent), or 1 (unknown). */
 typedef int (*ckindex_known_fn)(void *arg, const char *path, uint64_t *size);

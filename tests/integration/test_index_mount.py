@@ -453,6 +453,28 @@ def test_read_inside_an_item_of_a_per_rank_or_hf_checkpoint(store, mounter, kind
     assert fetched < size / 2  # not the file
 
 
+@pytest.mark.parametrize("kind", ["per_rank", "hf"])
+def test_a_checkpoint_listed_on_the_way_is_indexed_at_its_first_lookup(store, mounter, kind,
+                                                                      request):
+    """S3 lists the root with every key below it: run/ and run/ckpt/ come listed whole on
+    the way (no LIST of their own), and the index notices run/ckpt by the files that
+    listing saw (__R.metadata, or Hugging Face's) when a lookup there first uses it, as
+    it would had the lookup listed it: a read inside an item then fetches the item."""
+    if store.kind == "dir":
+        pytest.skip("the local store lists one directory at a time")
+    src = request.getfixturevalue(f"{kind}_checkpoint")
+    put_dir(store, src, "run/ckpt")
+    fqn = "layers.1.mlp.up.weight" if kind == "per_rank" else "layers.2.w1"
+    chunk = where(src, fqn)[0]
+    m = mounter(store)
+    os.stat(m.p(f"run/ckpt/{chunk['file']}"))  # lookups only: no readdir
+    harness.wait_index(m, "ready", 1)
+    assert m.stats()["list_requests"] == 2, m.stats()  # the bucket check and the root
+    with open(m.p(f"run/ckpt/{chunk['file']}"), "rb", buffering=0) as f:
+        os.pread(f.fileno(), 4096, chunk["offset"] + 100)
+    assert m.stats()["index"]["item_prefetches"] >= 1, m.stats()["index"]
+
+
 def test_rank_metadata_written_through_the_mount_are_indexed(store, mounter, tmp_path):
     """__R.metadata published by this mount join the set it indexes (no listing needed);
     the index holds both ranks' files, and a remount's listing finds it up to date."""
