@@ -18,7 +18,7 @@ struct openmode {
     uint64_t size;         /* its size */
     int renamed;           /* renamed since: its version has another identity */
     int backing_id;        /* > 0: in passthrough; 0: not; -1: being decided */
-    unsigned refs;         /* handles registered here, plus a deciding open */
+    unsigned refs;         /* handles registered here, and opens deciding or waiting */
     struct openmode *next; /* in the table while path != NULL */
 };
 
@@ -74,65 +74,75 @@ static struct openmode *add_locked(const char *path)
  * file); the others wait for it. */
 static void decide(struct openmode *m, const struct openmode_want *w)
 {
-    m->refs++;
     pthread_mutex_unlock(&lock);
     int id = w->version ? w->decide(w->arg) : 0;
     pthread_mutex_lock(&lock);
     m->backing_id = id > 0 ? id : 0;
     m->version = w->version;
     m->size = w->size;
-    m->refs--;
     pthread_cond_broadcast(&decided);
+}
+
+/* Drop a reference to m; the last one frees it. Its backing id (> 0) if
+ * that was the last, else 0. */
+static int put_locked(struct openmode *m)
+{
+    assert(m->refs > 0);
+    if (--m->refs > 0)
+        return 0;
+    int id = m->backing_id;
+    if (m->path) {
+        unlist_locked(m);
+    } else {
+        for (struct openmode **p = &forgotten; *p; p = &(*p)->next)
+            if (*p == m) {
+                *p = m->next;
+                break;
+            }
+    }
+    free(m);
+    return id > 0 ? id : 0;
 }
 
 int openmodes_open(const char *path, const struct openmode_want *w, struct openmode **out,
                    int *backing_id)
 {
-    pthread_mutex_lock(&lock);
-    struct openmode *m = find_locked(path);
-    if (!m) {
-        m = add_locked(path);
-        if (!m) {
+    for (;;) {
+        pthread_mutex_lock(&lock);
+        struct openmode *m = find_locked(path);
+        int first = !m;
+        if (first && !(m = add_locked(path))) {
             pthread_mutex_unlock(&lock);
             return -ENOMEM;
         }
-        decide(m, w);
-    }
-    while (m->backing_id < 0)
-        pthread_cond_wait(&decided, &lock);
-    int id = m->backing_id;
-    int same = w->version && (w->version == m->version || (m->renamed && w->size == m->size));
-    if (id > 0 && !same) {
+        m->refs++; /* also while it waits: a close meanwhile must not free m */
+        if (first)
+            decide(m, w);
+        while (m->backing_id < 0)
+            pthread_cond_wait(&decided, &lock);
+        int id = m->backing_id;
+        int same = w->version && (w->version == m->version || (m->renamed && w->size == m->size));
+        if (id > 0 && !same) {
+            int ended = put_locked(m);
+            pthread_mutex_unlock(&lock);
+            if (!ended)
+                return -ETXTBSY;
+            w->close_backing(ended); /* the set closed while this open waited: decide afresh */
+            continue;
+        }
         pthread_mutex_unlock(&lock);
-        return -ETXTBSY;
+        *out = m;
+        *backing_id = id;
+        return 0;
     }
-    m->refs++;
-    pthread_mutex_unlock(&lock);
-    *out = m;
-    *backing_id = id;
-    return 0;
 }
 
 void openmodes_close(struct openmode *m, void (*close_backing)(int id))
 {
     pthread_mutex_lock(&lock);
-    assert(m->refs > 0);
-    m->refs--;
-    int last = m->refs == 0, id = m->backing_id;
-    if (last) {
-        if (m->path) {
-            unlist_locked(m);
-        } else {
-            for (struct openmode **p = &forgotten; *p; p = &(*p)->next)
-                if (*p == m) {
-                    *p = m->next;
-                    break;
-                }
-        }
-        free(m);
-    }
+    int id = put_locked(m);
     pthread_mutex_unlock(&lock);
-    if (last && id > 0)
+    if (id > 0)
         close_backing(id);
 }
 

@@ -27,6 +27,9 @@ struct openmode_want {
      * the table's lock, once per set. */
     int (*decide)(void *arg);
     void *arg;
+    /* Closes a backing id: a refused open may end a set (the others closed
+     * while it waited). */
+    void (*close_backing)(int id);
 };
 
 /* Register an open of path: 0 and *out with *backing_id the id to open in

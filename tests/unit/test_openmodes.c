@@ -32,13 +32,14 @@ static const int version_a = 1, version_b = 2;
 
 static struct openmode_want reader(const void *version)
 {
-    return (struct openmode_want){.version = version, .size = 100, .decide = decide_id};
+    return (struct openmode_want){
+        .version = version, .size = 100, .decide = decide_id, .close_backing = note_close};
 }
 
 /* An open that writes: never in passthrough. */
 static struct openmode_want writer(void)
 {
-    return (struct openmode_want){.decide = decide_id};
+    return (struct openmode_want){.decide = decide_id, .close_backing = note_close};
 }
 
 static void *open_a(void *arg)
@@ -147,4 +148,40 @@ Test(openmodes, clear_frees_entries_of_handles_never_closed)
     cr_assert_eq(openmodes_open("/t/left-open", &w_writer, &fresh, &id), 0);
     cr_assert_eq(id, 0, "the cleared set is gone: a fresh decision");
     openmodes_close(fresh, note_close);
+}
+
+/* Opens one reader of /t/race and closes it at once. */
+static void *open_and_close(void *arg)
+{
+    (void)arg;
+    struct openmode *m;
+    int id;
+    struct openmode_want w = reader(&version_a);
+    cr_assert_eq(openmodes_open("/t/race", &w, &m, &id), 0);
+    openmodes_close(m, note_close);
+    return NULL;
+}
+
+Test(openmodes, an_open_waiting_for_a_decision_outlives_the_deciders_close)
+{
+    /* The decider's handle may close (its RELEASE) before an open that waited for the
+     * decision wakes up: the waiter must still find the set (it once read freed memory
+     * and was refused with ETXTBSY). */
+    for (int round = 0; round < 50; round++) {
+        atomic_store(&decisions, 0);
+        atomic_store(&closed_id, 0);
+        pthread_t t;
+        pthread_create(&t, NULL, open_and_close, NULL);
+        while (atomic_load(&decisions) == 0)
+            usleep(100); /* the decider is deciding: this open waits for it */
+        struct openmode *m;
+        int id = -1;
+        struct openmode_want w = reader(&version_a);
+        cr_assert_eq(openmodes_open("/t/race", &w, &m, &id), 0, "round %d", round);
+        cr_assert_eq(id, 7, "round %d", round);
+        pthread_join(t, NULL);
+        cr_assert_eq(atomic_load(&decisions), 1, "round %d", round);
+        openmodes_close(m, note_close);
+        cr_assert_eq(atomic_load(&closed_id), 7, "round %d: the last close", round);
+    }
 }
