@@ -154,7 +154,8 @@ static int register_open(const char *path, struct core_file *f, struct fuse_file
     int id = 0;
     if (passthrough_enabled()) { /* known at INIT, before any open: the same for all */
         struct openmode *mode;
-        struct openmode_want w = {.decide = decide_passthrough, .arg = f};
+        struct openmode_want w = {
+            .decide = decide_passthrough, .arg = f, .close_backing = passthrough_backing_close};
         if ((fi->flags & O_ACCMODE) == O_RDONLY)
             w.version = core_file_version(f, &w.size);
         int rc = openmodes_open(path, &w, &mode, &id);
@@ -185,6 +186,10 @@ static int op_open(const char *path, struct fuse_file_info *fi)
     if (rc < 0)
         return rc;
     fi->keep_cache = keep;
+    /* core_flush does nothing for a read-only handle: the kernel need not
+     * send FLUSH at each close (a round trip a loader's close waited for). */
+    if ((fi->flags & O_ACCMODE) == O_RDONLY && !(fi->flags & O_TRUNC))
+        fi->noflush = 1;
     note_opener(f, fi);
     write_only_direct(fi);
     if (core_file_direct_reads(ctx()->core, f)) /* no kernel readahead past a partial load */
