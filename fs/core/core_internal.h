@@ -128,8 +128,9 @@ void core_staged_dir_time(struct core *core, const char *spath, struct store_sta
 
 /* dir was listed whole by a listing of a directory above it: hold its scan
  * (taken: *scan is emptied) until a lookup in dir uses that listing. 0, or
- * -ENOSPC/-ENOMEM (nothing held: dir must not be marked listed). */
-int core_notice_hold(struct core *core, const char *dir, struct ckindex_scan *scan);
+ * -ENOSPC/-ENOMEM (nothing held: dir must not be marked listed). stamp: the
+ * listing's (a notice is due only while its mark may be valid). */
+int core_notice_hold(struct core *core, const char *dir, double stamp, struct ckindex_scan *scan);
 
 /* A lookup in dir uses its listing: the index notices dir now if a notice
  * was held for it. */

@@ -359,7 +359,7 @@ static void sub_whole(void *arg, const char *sub, int64_t newest, uint64_t keys,
     struct listing *l = arg;
     char dir[4096];
     if (sub_path(l, sub, dir, sizeof dir) == 0 &&
-        (!l->core->index || core_notice_hold(l->core, dir, scan) == 0))
+        (!l->core->index || core_notice_hold(l->core, dir, l->stamp, scan) == 0))
         mark_listed(l->core, dir, 0, l->stamp, newest, keys);
     ckindex_scan_drop(scan); /* held: emptied already */
 }
