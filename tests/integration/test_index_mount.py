@@ -426,14 +426,20 @@ def test_changed_rank_metadata_rebuilds(store, mounter, tmp_path):
     assert ix["reused"] == 1 and ix["built"] == 0, ix  # the new version was stored
 
 
+def put_chunked_checkpoint(store, kind, request):
+    """The per_rank or hf checkpoint put under run/ckpt: (its source folder, where one
+    tensor's chunk is: {"file", "offset", "length"})."""
+    src = request.getfixturevalue(f"{kind}_checkpoint")
+    put_dir(store, src, "run/ckpt")
+    fqn = "layers.1.mlp.up.weight" if kind == "per_rank" else "layers.2.w1"
+    return src, where(src, fqn)[0]
+
+
 @pytest.mark.parametrize("kind", ["per_rank", "hf"])
 def test_read_inside_an_item_of_a_per_rank_or_hf_checkpoint(store, mounter, kind, request):
     if store.kind == "dir":
         pytest.skip("the local store hands its files to the kernel (splice): nothing to prefetch")
-    src = request.getfixturevalue(f"{kind}_checkpoint")
-    put_dir(store, src, "run/ckpt")
-    fqn = "layers.1.mlp.up.weight" if kind == "per_rank" else "layers.2.w1"
-    chunk = where(src, fqn)[0]
+    src, chunk = put_chunked_checkpoint(store, kind, request)
     size = os.path.getsize(os.path.join(src, chunk["file"]))
     m = mounter(store)
     assert ".metadata" not in os.listdir(m.p("run/ckpt"))
@@ -462,10 +468,7 @@ def test_a_checkpoint_listed_on_the_way_is_indexed_at_its_first_lookup(store, mo
     it would had the lookup listed it: a read inside an item then fetches the item."""
     if store.kind == "dir":
         pytest.skip("the local store lists one directory at a time")
-    src = request.getfixturevalue(f"{kind}_checkpoint")
-    put_dir(store, src, "run/ckpt")
-    fqn = "layers.1.mlp.up.weight" if kind == "per_rank" else "layers.2.w1"
-    chunk = where(src, fqn)[0]
+    src, chunk = put_chunked_checkpoint(store, kind, request)
     m = mounter(store)
     os.stat(m.p(f"run/ckpt/{chunk['file']}"))  # lookups only: no readdir
     harness.wait_index(m, "ready", 1)

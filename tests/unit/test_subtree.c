@@ -49,6 +49,16 @@ static void key(struct subtree *t, const char *rel, int64_t mtime)
     subtree_key(t, rel, &st);
 }
 
+/* n keys a/f00000, a/f00001, ... of time mtime. */
+static void files_of_a(struct subtree *t, int n, int64_t mtime)
+{
+    char rel[64];
+    for (int i = 0; i < n; i++) {
+        snprintf(rel, sizeof rel, "a/f%05d", i);
+        key(t, rel, mtime);
+    }
+}
+
 static int has(char list[][256], int n, const char *want)
 {
     for (int i = 0; i < n; i++)
@@ -101,11 +111,7 @@ Test(subtree, a_subdirectory_of_too_many_entries_is_not_whole)
 {
     struct subtree t;
     listing(&t);
-    char rel[64];
-    for (int i = 0; i <= SUBTREE_HELD_MAX; i++) {
-        snprintf(rel, sizeof rel, "a/f%05d", i);
-        key(&t, rel, 1);
-    }
+    files_of_a(&t, SUBTREE_HELD_MAX + 1, 1);
     key(&t, "b/f", 1);
     subtree_end(&t, 1);
     cr_assert_eq(nwholes, 1);
@@ -129,11 +135,7 @@ Test(subtree, the_time_is_the_newest_of_the_first_keys)
 {
     struct subtree t;
     listing(&t);
-    char rel[64];
-    for (int i = 0; i < STORE_DIR_TIME_KEYS; i++) {
-        snprintf(rel, sizeof rel, "a/f%05d", i);
-        key(&t, rel, 10);
-    }
+    files_of_a(&t, STORE_DIR_TIME_KEYS, 10);
     key(&t, "a/z", 99); /* past the first STORE_DIR_TIME_KEYS: store.h's rule leaves it out */
     subtree_end(&t, 1);
     char want[64];
