@@ -1,16 +1,17 @@
 /*
  * fs/diskcache/dcfile.c - files held for reads in place (diskcache_file, see
  * diskcache.h): opening one version (its chunk map looked up once in the
- * catalogue, its data file opened and mapped for mincore), checking its
- * chunks' crc32c once while they stay in the page cache (again if the file is
- * written), and the per-thread scratch chunk those checks read into. The list
- * of open and idle files, their release and freeing belong to diskcache.c.
+ * catalogue, its data file opened, and mapped for mincore where the kernel
+ * lacks cachestat), checking its chunks' crc32c once while they stay in the
+ * page cache (again if the file is written), and the per-thread scratch chunk those checks read
+ * into. The list of open and idle files, their release and freeing belong to diskcache.c.
  */
 #include "diskcache.h"
 #include "diskcache_internal.h"
 
 #include "crc32c.h"
 #include "fdio.h"
+#include "pagecache.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -140,14 +141,16 @@ int diskcache_file_open(struct diskcache *dc, const struct diskcache_version *v,
     *out = f;
     return 1;
 }
-/* Whether every page of chunk i of f is in the page cache (mincore on a
- * mapping never touched: no fault, no SIGBUS from a short or failing file). */
+/* Whether every page of chunk i of f is in the page cache: cachestat on its
+ * fd, else mincore on a mapping never touched (no fault, no SIGBUS from a
+ * short or failing file). */
 static int resident(struct diskcache_file *f, uint32_t i)
 {
-    if (f->map == MAP_FAILED)
-        return 0;
     uint64_t base = (uint64_t)i * DISKCACHE_CHUNK, len = f->recs[i].len;
-    if (base + len > f->map_len)
+    int held = page_cache_holds(f->fd, base, len);
+    if (held >= 0)
+        return held;
+    if (f->map == MAP_FAILED || base + len > f->map_len)
         return 0;
     unsigned char vec[DISKCACHE_CHUNK / 4096];
     size_t page = (size_t)sysconf(_SC_PAGESIZE);

@@ -60,7 +60,7 @@ struct diskcache_file {
     pthread_cond_t checked;
     _Atomic uint64_t last_use; /* of its catalogue record, as far as known (touch) */
     struct timespec mtime;     /* the data file\'s when its chunks were checked (lock) */
-    void *map;                 /* the data file mapped, for mincore only; MAP_FAILED */
+    void *map; /* the data file mapped, for mincore only (no cachestat); MAP_FAILED */
     uint64_t map_len;
     unsigned refs;               /* opens not closed (dc->files_lock) */
     int listed;                  /* on dc->files (dc->files_lock) */
