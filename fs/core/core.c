@@ -473,12 +473,18 @@ static int check_ahead_file(struct core *core, const char *path)
     return 1;
 }
 
+/* Files of its rank that the open of a rank's file checks ahead (the
+ * workers' bound on checks in flight, the working set, holds back the rest). */
+#define CHECK_AHEAD_FILES 8
+
 /* Ranks whose first file the open of a .metadata checks ahead, at most. */
 #define CHECK_AHEAD_RANKS 4096
 
 /* Check ahead the disk copies of the files a per-item load (torch 1.13's
  * names) reads next, so that their opens find them checked: after spath
- * (__R_K.distcp), __R_K+1 and __R_K+2 of the same rank R; after the
+ * (__R_K.distcp), __R_K+1 .. __R_K+CHECK_AHEAD_FILES of the same rank R
+ * (checks wait for the disk: several files in flight keep it busy while the
+ * rank reads one); after the
  * directory's .metadata (every rank reads it first), each rank's first file
  * __R_0 that the disk cache holds (what this node saved or read before). */
 static void check_next_files(struct core *core, const char *spath)
@@ -499,7 +505,7 @@ static void check_next_files(struct core *core, const char *spath)
     int end = 0;
     if (sscanf(base, "__%u_%u.distcp%n", &rank, &k, &end) != 2 || base[end] != '\0')
         return;
-    for (unsigned next = k + 1; next <= k + 2; next++)
+    for (unsigned next = k + 1; next <= k + CHECK_AHEAD_FILES; next++)
         if (snprintf(path, sizeof path, "%.*s__%u_%u.distcp", dirlen, spath, rank, next) <
             (int)sizeof path)
             (void)check_ahead_file(core, path);

@@ -225,3 +225,21 @@ def test_opening_metadata_checks_each_ranks_first_file_ahead(store, mounter):
         with open(m.p(name), "rb") as f:
             assert f.read() == content, name
     assert m.stats()["get_bytes"] <= len(meta)  # the index build's GET of .metadata only
+
+
+def test_opening_a_ranks_file_checks_its_next_eight_ahead(store, mounter):
+    """A rank reads its files in order (torch 1.13 names, __R_K.distcp): the open of one
+    starts the checks of the rank's next 8 (K+1 .. K+8) that the disk cache holds, so that
+    they are checked (and read from the disk) while the rank still reads this one."""
+    files = {f"ck/__0_{k}.distcp": harness.data(4096, 120 + k) for k in range(12)}
+    m = cached_mount(store, mounter, files)  # opens __0_0
+    # one chunk each: __0_0 and __0_1 .. __0_8
+    assert checked_when_settled(m, 9) == 9, m.stats()["disk_cache"]
+    with open(m.p("ck/__0_3.distcp"), "rb") as f:
+        assert f.read() == files["ck/__0_3.distcp"]
+    # __0_4 .. __0_11: only __0_9, __0_10 and __0_11 were not checked yet
+    assert checked_when_settled(m, 12) == 12, m.stats()["disk_cache"]
+    for name, content in files.items():
+        with open(m.p(name), "rb") as f:
+            assert f.read() == content, name
+    assert m.stats()["get_bytes"] == 0
