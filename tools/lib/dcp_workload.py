@@ -13,9 +13,11 @@ its fqn, so a load is verified element by element.
   dcp_workload.py save DIR --world 4 --rank-dirs DIR0,DIR1,DIR2,DIR3   (one path per rank:
       e.g. the same checkpoint directory through two mounts, as two nodes would)
 
-Prints one JSON line: {"op", "seconds", "bytes", "world", "items", "started", "ended"}
+Prints one JSON line: {"op", "seconds", "bytes", "world", "items", "started", "ended",
+"rank_cpu_seconds"}
 (seconds: the slowest rank's save/load call; started/ended: wall-clock times of the first
-rank's start and the last rank's end); exits non-zero if a loaded value differs.
+rank's start and the last rank's end; rank_cpu_seconds: the ranks' CPU time in their calls,
+summed); exits non-zero if a loaded value differs.
 """
 import argparse
 import dataclasses
@@ -141,8 +143,9 @@ def worker(rank, world, port, args, results):
         if args.op == "save":
             sd = state_dict(torch, world, names, zero=False)
             dist.barrier()
-            t0, wall0 = time.monotonic(), time.time()
+            t0, wall0, cpu0 = time.monotonic(), time.time(), time.process_time()
             save_state_dict(sd, FileSystemWriter(path, single_file_per_rank=args.per_rank))
+            cpu = time.process_time() - cpu0
             dist.barrier()
             secs = time.monotonic() - t0
             nbytes = sum(s.tensor.numel() * 4 for v in sd.values()
@@ -152,8 +155,9 @@ def worker(rank, world, port, args, results):
         else:
             sd = state_dict(torch, world, names, zero=True)
             dist.barrier()
-            t0, wall0 = time.monotonic(), time.time()
+            t0, wall0, cpu0 = time.monotonic(), time.time(), time.process_time()
             load_state_dict(sd, FileSystemReader(path))
+            cpu = time.process_time() - cpu0
             dist.barrier()
             secs = time.monotonic() - t0
             nbytes = 0
@@ -169,7 +173,7 @@ def worker(rank, world, port, args, results):
                     if not torch.equal(shard.tensor, full.narrow(0, o, n)):
                         raise SystemExit(f"rank {rank}: {fqn} differs after load")
                     nbytes += shard.tensor.numel() * 4
-        results.put((rank, secs, nbytes, len(names), wall0, wall0 + secs))
+        results.put((rank, secs, nbytes, len(names), wall0, wall0 + secs, cpu))
     finally:
         dist.destroy_process_group()
 
@@ -208,7 +212,8 @@ def main():
     print(json.dumps({"op": args.op, "seconds": round(max(r[1] for r in res), 3),
                       "bytes": sum(r[2] for r in res), "world": args.world,
                       "items": res[0][3], "started": min(r[4] for r in res),
-                      "ended": max(r[5] for r in res)}))
+                      "ended": max(r[5] for r in res),
+                      "rank_cpu_seconds": round(sum(r[6] for r in res), 3)}))
     return 0
 
 
