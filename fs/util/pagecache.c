@@ -39,7 +39,9 @@ int page_cache_holds(int fd, uint64_t off, uint64_t len)
             atomic_store(&cachestat_missing, 1);
             return -1;
         }
-        return 0; /* EBADF and the like: not known to be there */
+        if (errno == EOPNOTSUPP)
+            return -1; /* this file's filesystem (hugetlbfs): mincore can tell */
+        return 0;      /* EBADF and the like: not known to be there */
     }
     long page = sysconf(_SC_PAGESIZE);
     uint64_t pages = (off + len - 1) / (uint64_t)page - off / (uint64_t)page + 1;
