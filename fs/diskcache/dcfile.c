@@ -3,8 +3,9 @@
  * diskcache.h): opening one version (its chunk map looked up once in the
  * catalogue, its data file opened, and mapped for mincore where the kernel
  * lacks cachestat), checking its chunks' crc32c once while they stay in the
- * page cache (again if the file is written), and the per-thread scratch chunk those checks read
- * into. The list of open and idle files, their release and freeing belong to diskcache.c.
+ * page cache (again if the file is written), and the per-thread scratch
+ * chunk those checks read into. The list of open and idle files, their
+ * release and freeing belong to diskcache.c.
  */
 #include "diskcache.h"
 #include "diskcache_internal.h"
@@ -315,8 +316,7 @@ int diskcache_file_unchecked(struct diskcache_file *f, uint64_t off, size_t len)
     if (!chunk_span(f, off, len, &first, &last))
         return 0;
     for (uint32_t i = first; i <= last; i++) {
-        unsigned char st = atomic_load(&f->state[i]);
-        if (st == CHUNK_UNCHECKED || (st == CHUNK_GOOD && !resident(f, i)))
+        if (atomic_load(&f->state[i]) == CHUNK_UNCHECKED)
             return 1;
     }
     return 0;

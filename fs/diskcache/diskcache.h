@@ -117,8 +117,8 @@ int diskcache_file_verify(struct diskcache_file *f, uint64_t off, size_t len);
 int diskcache_file_holds(struct diskcache_file *f, uint64_t off, size_t len);
 
 /* Whether some chunk holding a byte of [off, off + len) of f is held and not
- * checked yet (nor being checked), or checked but its pages left the page
- * cache since: 1 or 0. */
+ * checked yet (nor being checked): 1 or 0. A checked chunk whose pages left
+ * the page cache counts once diskcache_file_recheck_evicted marked it so. */
 int diskcache_file_unchecked(struct diskcache_file *f, uint64_t off, size_t len);
 
 /* Mark the checked chunks holding a byte of [off, off + len) of f whose
