@@ -71,7 +71,8 @@ int core_stats_json(struct core *core, char *buf, size_t len)
         buf, len,
         "{\"store\": \"%s\", \"uptime_s\": %.3f, \"open_files\": %d, \"opens\": %llu, "
         "\"read_bytes\": %llu, \"get_requests\": %llu, \"get_bytes\": %llu, "
-        "\"head_requests\": %llu, \"list_requests\": %llu, \"listing_waits\": %llu, "
+        "\"head_requests\": %llu, \"list_requests\": %llu, \"listed_keys\": %llu, "
+        "\"listing_waits\": %llu, "
         "\"retries\": %llu, \"errors\": %llu, "
         "\"cache\": {\"hits\": %llu, \"misses\": %llu, \"shared\": %llu, \"taken_over\": %llu, "
         "\"prefetched\": %llu, "
@@ -92,6 +93,7 @@ int core_stats_json(struct core *core, char *buf, size_t len)
         (unsigned long long)atomic_load(&sc->get_bytes),
         (unsigned long long)atomic_load(&sc->head_requests),
         (unsigned long long)atomic_load(&sc->list_requests),
+        (unsigned long long)atomic_load(&sc->listed_keys),
         (unsigned long long)atomic_load(&core->listing_waits),
         (unsigned long long)atomic_load(&sc->retries), (unsigned long long)atomic_load(&sc->errors),
         (unsigned long long)cs.hits, (unsigned long long)cs.misses, (unsigned long long)cs.shared,

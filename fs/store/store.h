@@ -131,6 +131,7 @@ struct store_counters {
     atomic_uint_fast64_t get_bytes;     /* body bytes received by reads */
     atomic_uint_fast64_t head_requests; /* stat calls that reached the backend */
     atomic_uint_fast64_t list_requests; /* list pages fetched */
+    atomic_uint_fast64_t listed_keys;   /* keys (and common prefixes) those pages held */
     atomic_uint_fast64_t retries;       /* requests retried after a transient error */
     atomic_uint_fast64_t errors;        /* requests that failed for good */
     /* Writes (one count per request sent, retries included, like the above). */

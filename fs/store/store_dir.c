@@ -193,6 +193,7 @@ static int dir_list(struct store *s, const char *dir, store_list_fn fn, void *ar
             continue;
         struct store_stat st;
         fill_stat(&sb, &st);
+        atomic_fetch_add(&s->counters.listed_keys, 1);
         if (fn(arg, de->d_name, &st) != 0)
             break;
     }

@@ -75,6 +75,25 @@ def test_stats_counters_move_with_a_read(store, mounter):
     assert "prefetched never used" in human and "index" in human and "write" in human
 
 
+def test_stats_count_the_keys_listings_returned(s3server, mounter, request):
+    """listed_keys counts the keys (and common prefixes) of every LIST page: what a
+    listing cost the store beyond its request (a page of 1,000 keys is not one of 5)."""
+    store = harness.S3Store(s3server, harness.unique_prefix(request.node.name))
+    store.put_many([(f"ckpt/f{i}", b"x") for i in range(5)] + [(f"other/g{i}", b"y")
+                                                              for i in range(3)])
+    mnt = mounter(store)
+    before = stats(mnt)
+    assert sorted(os.listdir(mnt.p("ckpt"))) == [f"f{i}" for i in range(5)]
+    after = stats(mnt)
+    # readdir: one listing of ckpt, its 5 keys (the root was listed when `stats` looked
+    # the mount up: all 8 keys below it, for its time)
+    assert before["listed_keys"] >= 8, before
+    assert after["list_requests"] - before["list_requests"] == 1, (before, after)
+    assert after["listed_keys"] - before["listed_keys"] == 5, (before, after)
+    human = admin("stats", mnt.path).stdout
+    assert re.search(r"^  %d keys listed, " % stats(mnt)["listed_keys"], human, re.M), human
+
+
 def test_stats_watch_shows_rates_while_reading(s3server, mounter, request):
     store = harness.S3Store(s3server, harness.unique_prefix(request.node.name))
     size = 48 * MiB

@@ -133,7 +133,8 @@ static void print_summary(const char *mnt, json_t *j)
            num(j, "write.part_requests"), num(j, "write.complete_requests"),
            num(j, "write.abort_requests"), num(j, "write.upload_list_requests"),
            num(j, "write.copy_requests"), num(j, "write.delete_requests"));
-    printf("  %.0f retried, %.0f failed for good\n", num(j, "retries"), num(j, "errors"));
+    printf("  %.0f keys listed, %.0f retried, %.0f failed for good\n", num(j, "listed_keys"),
+           num(j, "retries"), num(j, "errors"));
     printf("\nindex\n");
     if (json_is_true(json_object_get(json_object_get(j, "index"), "enabled")))
         printf("  enabled: %.0f checkpoints ready (%.0f built, %.0f reused, %.0f failed), %.0f "

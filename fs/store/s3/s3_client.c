@@ -828,6 +828,8 @@ static int list_page_answer(const struct s3_request *rq, struct s3_response *rs)
 {
     struct list_answer *a = rq->answer;
     int rc = s3_xml_parse_list(rs->body, rs->body_len, a->page);
+    if (rc == 0)
+        atomic_fetch_add(&a->client->counters->listed_keys, a->page->nobjects + a->page->nprefixes);
     if (rc < 0) {
         atomic_fetch_add(&a->client->counters->errors, 1);
         log_error("s3: LIST s3://%s/%s: malformed ListObjectsV2 response (%s)", a->client->bucket,
