@@ -782,9 +782,13 @@ static void check_job_run(void *arg)
     free(j);
 }
 
-/* Bytes one background check reads: a few chunks, so that several workers
- * read one item's chunks from the disk at once. */
-#define CHECK_JOB_BYTES (2 * (uint64_t)DISKCACHE_CHUNK)
+/* Bytes one background check reads, in order: 8 chunks, so that a file of
+ * up to 8 MiB is read by one worker from start to end (one sequential stream
+ * for the kernel's readahead; 2 MiB jobs had 4 workers read one file at 4
+ * places at once: smaller disk reads, 50% more daemon CPU, slower restarts,
+ * docs/bench-load.md "One stream per file"), while other files' jobs run on
+ * the other workers. */
+#define CHECK_JOB_BYTES (8 * (uint64_t)DISKCACHE_CHUNK)
 
 /* If the disk cache holds all of [off, off + len) of o: have the workers
  * check its chunks (and so read them into the page cache) ahead of the
