@@ -82,9 +82,12 @@ static int reserve(struct diskfill *f, size_t len)
     return 1;
 }
 
-int diskfill_put(struct diskfill *f, const struct diskcache_version *v, uint64_t off,
-                 const void *buf, size_t len)
+int diskfill_put_pieces(struct diskfill *f, const struct diskcache_version *v, uint64_t off,
+                        const struct iovec *pieces, int npieces)
 {
+    size_t len = 0;
+    for (int i = 0; i < npieces; i++)
+        len += pieces[i].iov_len;
     if (!reserve(f, len))
         return -ENOBUFS;
     struct fill_item *it = malloc(sizeof *it + len);
@@ -102,13 +105,24 @@ int diskfill_put(struct diskfill *f, const struct diskcache_version *v, uint64_t
     it->size = v->size;
     it->off = off;
     it->len = len;
-    memcpy(it->data, buf, len);
+    size_t at = 0;
+    for (int i = 0; i < npieces; i++) {
+        memcpy(it->data + at, pieces[i].iov_base, pieces[i].iov_len);
+        at += pieces[i].iov_len;
+    }
     int rc = workq_submit(f->writer, write_item, it);
     if (rc != 0) {
         item_free(it);
         unreserve(f, len);
     }
     return rc;
+}
+
+int diskfill_put(struct diskfill *f, const struct diskcache_version *v, uint64_t off,
+                 const void *buf, size_t len)
+{
+    struct iovec one = {.iov_base = (void *)buf, .iov_len = len};
+    return diskfill_put_pieces(f, v, off, &one, 1);
 }
 
 uint64_t diskfill_dropped(struct diskfill *f)

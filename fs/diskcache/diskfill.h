@@ -12,6 +12,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/uio.h>
 
 struct diskfill;
 
@@ -23,6 +24,11 @@ int diskfill_create(struct diskcache *dc, uint64_t max_bytes, struct diskfill **
  * holds max_bytes already; nothing kept) or -ENOMEM. */
 int diskfill_put(struct diskfill *f, const struct diskcache_version *v, uint64_t off,
                  const void *buf, size_t len);
+
+/* diskfill_put of the chunk made of pieces[0 .. npieces) end to end (copied
+ * before it returns): 0, -ENOBUFS or -ENOMEM. */
+int diskfill_put_pieces(struct diskfill *f, const struct diskcache_version *v, uint64_t off,
+                        const struct iovec *pieces, int npieces);
 
 /* Chunks not kept because the queue was full. */
 uint64_t diskfill_dropped(struct diskfill *f);

@@ -40,6 +40,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -868,6 +869,63 @@ static void disk_keep(struct cache *c, struct cache_obj *o, uint64_t off, size_t
     }
 }
 
+/* Keep disk chunk k of o if every block of it is READY in memory. A fetch
+ * keeps the whole chunks inside it (disk_keep); the chunk it cuts at an edge
+ * is whole once the fetch next to it has landed too (a load fetches item by
+ * item, and items do not start on chunk boundaries: a per-rank file's every
+ * item boundary). The blocks stay pinned while their bytes are copied to the
+ * writer's queue. Called without the lock. */
+static void disk_keep_assembled(struct cache *c, struct cache_obj *o, uint64_t k)
+{
+    uint64_t bs = c->cfg.block_size;
+    uint64_t start = k * DISKCACHE_CHUNK;
+    uint64_t end = start + DISKCACHE_CHUNK < o->size ? start + DISKCACHE_CHUNK : o->size;
+    if (bs > DISKCACHE_CHUNK || start >= end)
+        return; /* blocks of a chunk or more: no fetch cuts a chunk */
+    uint32_t n = (uint32_t)((end - start + bs - 1) / bs), pinned = 0;
+    struct cblock **blocks = malloc(n * sizeof *blocks);
+    struct iovec *pieces = malloc(n * sizeof *pieces);
+    if (blocks && pieces) {
+        cache_lock(c);
+        for (; pinned < n; pinned++) {
+            struct cblock *b = block_find(c, o, start / bs + pinned);
+            if (!b || b->state != BLOCK_READY)
+                break;
+            b->pins++;
+            blocks[pinned] = b;
+            pieces[pinned] = (struct iovec){.iov_base = b->data, .iov_len = b->len};
+        }
+        cache_unlock(c);
+    }
+    if (pinned == n) {
+        struct diskcache_version v = {.path = o->path, .etag = o->etag, .size = o->size};
+        (void)diskfill_put_pieces(c->fill, &v, start, pieces, (int)n);
+    }
+    if (pinned > 0) {
+        cache_lock(c);
+        for (uint32_t i = 0; i < pinned; i++) {
+            assert(blocks[i]->pins > 0 && blocks[i]->state == BLOCK_READY);
+            blocks[i]->pins--;
+        }
+        cache_unlock(c);
+    }
+    free(blocks);
+    free(pieces);
+}
+
+/* After a fetch of [from, to) of o from the store: keep the chunks it cut at
+ * its edges whose other blocks are in memory (disk_keep_assembled). */
+static void disk_keep_edges(struct cache *c, struct cache_obj *o, uint64_t from, uint64_t to)
+{
+    if (!c->fill || !o->etag[0] || from >= to)
+        return;
+    uint64_t head = from / DISKCACHE_CHUNK, tail = (to - 1) / DISKCACHE_CHUNK;
+    if (from % DISKCACHE_CHUNK)
+        disk_keep_assembled(c, o, head);
+    if (to % DISKCACHE_CHUNK && to < o->size && (tail != head || from % DISKCACHE_CHUNK == 0))
+        disk_keep_assembled(c, o, tail);
+}
+
 /* Fetch blocks [first, first+n) of o, all FETCHING and owned by the
  * caller, then publish them READY or FAILED; with a progressive store,
  * blocks are published as their bytes arrive. Called without the lock. */
@@ -881,6 +939,7 @@ static int fetch_run(struct cache *c, struct cache_obj *o, uint64_t first, uint3
     struct fetch f = {.c = c, .o = o, .first = first, .n = n, .buf = cbuf_new(c, want)};
     size_t got = 0;
     int rc;
+    size_t lo = 0, hi = 0; /* the part of the run asked of the store */
     const struct store_ops *ops = c->store->ops;
     if (!f.buf)
         rc = -ENOMEM;
@@ -888,7 +947,7 @@ static int fetch_run(struct cache *c, struct cache_obj *o, uint64_t first, uint3
         rc = -ESHUTDOWN;
     else {
         /* What the disk cache holds is not asked of the store: [lo, hi) is. */
-        size_t lo, hi, sgot = 0;
+        size_t sgot = 0;
         disk_read(c, o, off, want, f.buf->data, &lo, &hi);
         f.base = lo;
         if (lo == hi)
@@ -938,6 +997,8 @@ static int fetch_run(struct cache *c, struct cache_obj *o, uint64_t first, uint3
     if (f.buf)
         cbuf_unref_locked(c, f.buf);
     cache_unlock(c);
+    if (rc == 0)
+        disk_keep_edges(c, o, off + lo, off + hi);
     return rc;
 }
 

@@ -204,6 +204,25 @@ def test_ranks_on_one_mount_fetch_each_byte_once(s3server, mounter, request, per
         assert st["index"]["sibling_prefetches"] > 0, st["index"]
 
 
+def test_a_load_read_again_after_a_remount_fetches_nothing(s3server, mounter, request,
+                                                           per_rank):
+    """Issue #22: a load keeps every chunk it fetched in the disk cache, so the next mount's
+    load of the same checkpoint fetches no byte. A per-rank file's items (512 KB here) do not
+    start on the cache's 1 MiB chunks: each item's fetch cuts a chunk at its ends, and that
+    chunk is kept once the fetches next to it have landed too."""
+    store = s3_store(s3server, request.node.name)
+    prefix = put_checkpoint(store, per_rank)
+    m = mounter(store, "--disk-cache-size", "128M")
+    load(m, prefix, WORLD)
+    fill = m.stats()["disk_cache"]
+    m.close()  # the background writer finishes first
+    assert fill["fill_dropped"] == 0, fill  # 32 MB: the writer's queue holds all of it
+    m2 = mounter(store, "--disk-cache-size", "128M", cache_dir=m.cache_dir)
+    load(m2, prefix, WORLD)
+    st = m2.stats()
+    assert st["get_bytes"] == 0, (st["get_bytes"], fill, st["disk_cache"])
+
+
 def rank_of(name):
     """The saving rank of a `__R_N.distcp` file."""
     return int(name[2:].split("_")[0])
