@@ -832,6 +832,40 @@ static int record_chunks(struct diskcache *dc, const struct diskcache_version *v
     return rc;
 }
 
+/* Write buf = [off, off + len) of id's data file (created if new): 0 or
+ * -errno. Aligned whole blocks go with O_DIRECT: a fill's bytes skip the
+ * page cache (they are not read again until a restart, whose page cache is
+ * cold anyway), so they neither crowd out the job's pages nor pile up as
+ * dirty pages that throttle the job's own writes; and a buffered write's
+ * copy into fresh page-cache pages was the writer's whole cost (on a 2-core
+ * VM 136-409 MB/s buffered vs 2.3 GB/s direct: most of a 1 GiB load's
+ * chunks were dropped from its full queue). A file system without O_DIRECT
+ * (or other alignment rules) falls back to a buffered write. */
+static int write_data(struct diskcache *dc, uint64_t id, uint64_t off, const void *buf, size_t len)
+{
+    char path[4096];
+    dc_data_path(dc, id, path, sizeof path);
+    int direct = !atomic_load(&dc->no_direct) && len % DISKCACHE_DIRECT_ALIGN == 0 &&
+                 off % DISKCACHE_DIRECT_ALIGN == 0 && (uintptr_t)buf % DISKCACHE_DIRECT_ALIGN == 0;
+    int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC | (direct ? O_DIRECT : 0), 0600);
+    if (fd < 0 && direct && errno == EINVAL) { /* no O_DIRECT here */
+        atomic_store(&dc->no_direct, 1);
+        direct = 0;
+        fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+    }
+    if (fd < 0)
+        return -errno;
+    ssize_t w = pwrite(fd, buf, len, (off_t)off);
+    if (w < 0 && direct && errno == EINVAL) { /* alignment rules stricter than ours */
+        atomic_store(&dc->no_direct, 1);
+        close(fd);
+        return write_data(dc, id, off, buf, len);
+    }
+    int rc = w == (ssize_t)len ? 0 : w < 0 ? -errno : -ENOSPC;
+    close(fd);
+    return rc;
+}
+
 int diskcache_put(struct diskcache *dc, const struct diskcache_version *v, uint64_t off,
                   const void *buf, size_t len)
 {
@@ -854,17 +888,8 @@ int diskcache_put(struct diskcache *dc, const struct diskcache_version *v, uint6
     }
     dc_cache_lock(dc);
     int rc = make_room(dc, len, id);
-    char path[4096];
-    dc_data_path(dc, id, path, sizeof path);
-    int fd = rc == 0 ? open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600) : -1;
-    if (rc == 0 && fd < 0)
-        rc = -errno;
-    if (rc == 0) {
-        ssize_t w = pwrite(fd, buf, len, (off_t)off);
-        rc = w == (ssize_t)len ? 0 : w < 0 ? -errno : -ENOSPC;
-    }
-    if (fd >= 0)
-        close(fd);
+    if (rc == 0)
+        rc = write_data(dc, id, off, buf, len);
     uint64_t added = 0;
     if (rc == 0) /* the bytes are written: now they may be listed */
         rc = record_chunks(dc, v, id, first, recs, n, &added);

@@ -26,6 +26,10 @@
 
 #define DISKCACHE_CHUNK (1u << 20)
 
+/* A diskcache_put whose buffer and length are multiples of this is written
+ * with O_DIRECT where the file system allows (see write_data). */
+#define DISKCACHE_DIRECT_ALIGN 4096u
+
 struct diskcache;
 
 /* One version of one store object: what a cached byte belongs to. */
@@ -82,7 +86,8 @@ int diskcache_read_held(struct diskcache *dc, const struct diskcache_version *v,
 /* Keep bytes of version v: off must be a multiple of DISKCACHE_CHUNK and len
  * whole chunks (the last chunk of the object may be short). 0, -ENOSPC
  * (the bounds leave no room), -EEXIST (another version's identity collides),
- * or -errno of the disk; the cache is unchanged for a chunk that failed. */
+ * or -errno of the disk; the cache is unchanged for a chunk that failed.
+ * Written past the page cache when buf is DISKCACHE_DIRECT_ALIGN-aligned. */
 int diskcache_put(struct diskcache *dc, const struct diskcache_version *v, uint64_t off,
                   const void *buf, size_t len);
 

@@ -28,6 +28,7 @@ struct diskcache {
     struct diskcache_stats st;
     atomic_uint_fast64_t checked_chunks; /* st.checked_chunks, counted without the lock */
     int put_failure_logged;
+    atomic_int no_direct; /* O_DIRECT writes refused here: buffered ones (write_data) */
     /* Versions looked up for reads in place (diskcache_file_open), in use or
      * idle (kept, with what was checked, for the next open of the version):
      * most recently released first. Protected by files_lock, taken after lock. */

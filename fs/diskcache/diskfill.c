@@ -27,13 +27,14 @@ struct fill_item {
     char *path, *etag;
     uint64_t size, off;
     size_t len;
-    char data[];
+    char *data; /* DISKCACHE_DIRECT_ALIGN-aligned: written past the page cache */
 };
 
 static void item_free(struct fill_item *it)
 {
     free(it->path);
     free(it->etag);
+    free(it->data);
     free(it);
 }
 
@@ -90,12 +91,14 @@ int diskfill_put_pieces(struct diskfill *f, const struct diskcache_version *v, u
         len += pieces[i].iov_len;
     if (!reserve(f, len))
         return -ENOBUFS;
-    struct fill_item *it = malloc(sizeof *it + len);
+    struct fill_item *it = calloc(1, sizeof *it);
     if (it) {
         it->path = strdup(v->path);
         it->etag = strdup(v->etag);
+        if (posix_memalign((void **)&it->data, DISKCACHE_DIRECT_ALIGN, len) != 0)
+            it->data = NULL;
     }
-    if (!it || !it->path || !it->etag) {
+    if (!it || !it->path || !it->etag || !it->data) {
         if (it)
             item_free(it);
         unreserve(f, len);

@@ -15,7 +15,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/magic.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -90,6 +93,77 @@ Test(diskcache, put_then_read)
     cr_assert_eq(st.misses, 1);
     cr_assert_eq(st.held_bytes, 2 * CH + 1000);
     cr_assert_eq(st.objects, 1);
+    free(data);
+    free(got);
+    diskcache_close(dc);
+}
+
+/* Pages of the data file at path resident in the page cache. */
+static size_t resident_pages(const char *path)
+{
+    int fd = open(path, O_RDONLY);
+    cr_assert(fd >= 0, "%s", path);
+    struct stat st;
+    cr_assert_eq(fstat(fd, &st), 0);
+    size_t page = (size_t)sysconf(_SC_PAGESIZE), n = ((size_t)st.st_size + page - 1) / page;
+    void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+    cr_assert_neq(map, MAP_FAILED);
+    unsigned char *vec = malloc(n);
+    cr_assert_eq(mincore(map, (size_t)st.st_size, vec), 0);
+    size_t in = 0;
+    for (size_t i = 0; i < n; i++)
+        in += vec[i] & 1;
+    free(vec);
+    munmap(map, (size_t)st.st_size);
+    close(fd);
+    return in;
+}
+
+/* The only data file of the cache (one object put). */
+static void only_data_file(char *out, size_t n)
+{
+    char data_dir[300];
+    snprintf(data_dir, sizeof data_dir, "%s/data", dir);
+    DIR *d = opendir(data_dir);
+    cr_assert_not_null(d, "%s", data_dir);
+    int found = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (e->d_name[0] == '.')
+            continue;
+        snprintf(out, n, "%s/%s", data_dir, e->d_name);
+        found++;
+    }
+    closedir(d);
+    cr_assert_eq(found, 1);
+}
+
+/* An aligned buffer (as the background writer's) is written past the page
+ * cache (O_DIRECT): none of its pages stay resident, and it reads back exactly;
+ * an unaligned one is written through the page cache. */
+Test(diskcache, aligned_puts_skip_the_page_cache)
+{
+    struct statfs fs;
+    cr_assert_eq(statfs(dir, &fs), 0);
+    if (fs.f_type == TMPFS_MAGIC)
+        cr_skip_test("tmpfs: its pages are the page cache");
+    struct diskcache *dc = open_cache(64ull << 20, 0);
+    size_t size = 4 * CH;
+    unsigned char *data = pattern(size, 7), *aligned = NULL, *got = malloc(size);
+    cr_assert_eq(posix_memalign((void **)&aligned, DISKCACHE_DIRECT_ALIGN, 2 * CH), 0);
+    memcpy(aligned, data, 2 * CH);
+    struct diskcache_version v = {"run/d.distcp", "\"e1\"", size};
+    cr_assert_eq(diskcache_put(dc, &v, 0, aligned, 2 * CH), 0);
+    char path[600];
+    only_data_file(path, sizeof path);
+    cr_assert_eq(resident_pages(path), 0, "an O_DIRECT write left pages in the page cache");
+    unsigned char *unaligned = malloc(2 * CH + 1);
+    memcpy(unaligned + 1, data + 2 * CH, 2 * CH);
+    cr_assert_eq(diskcache_put(dc, &v, 2 * CH, unaligned + 1, 2 * CH), 0);
+    cr_assert_gt(resident_pages(path), 0, "a buffered write leaves its pages");
+    cr_assert_eq(diskcache_read(dc, &v, 0, size, got), 1);
+    cr_assert_arr_eq(got, data, size);
+    free(unaligned);
+    free(aligned);
     free(data);
     free(got);
     diskcache_close(dc);
