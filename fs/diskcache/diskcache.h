@@ -23,11 +23,12 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/uio.h>
 
 #define DISKCACHE_CHUNK (1u << 20)
 
 /* A diskcache_put whose buffer and length are multiples of this is written
- * with O_DIRECT where the file system allows (see write_data). */
+ * with O_DIRECT where the file system allows (write_data in diskcache.c). */
 #define DISKCACHE_DIRECT_ALIGN 4096u
 
 struct diskcache;
@@ -87,9 +88,15 @@ int diskcache_read_held(struct diskcache *dc, const struct diskcache_version *v,
  * whole chunks (the last chunk of the object may be short). 0, -ENOSPC
  * (the bounds leave no room), -EEXIST (another version's identity collides),
  * or -errno of the disk; the cache is unchanged for a chunk that failed.
- * Written past the page cache when buf is DISKCACHE_DIRECT_ALIGN-aligned. */
+ * Written past the page cache when buf and len are DISKCACHE_DIRECT_ALIGN-
+ * aligned. */
 int diskcache_put(struct diskcache *dc, const struct diskcache_version *v, uint64_t off,
                   const void *buf, size_t len);
+
+/* diskcache_put of the bytes of pieces[0 .. npieces) laid end to end (past
+ * the page cache when every piece is aligned). */
+int diskcache_put_pieces(struct diskcache *dc, const struct diskcache_version *v, uint64_t off,
+                         const struct iovec *pieces, int npieces);
 
 /* Take the whole file at src (a staged copy of version v that is no longer
  * needed) as the cached copy of v: renamed into the cache when on the same

@@ -1,8 +1,9 @@
 /*
  * fs/diskcache/diskfill.c - the background writer of fetched chunks into the
- * disk cache (see diskfill.h): each chunk a copy queued on a one-thread
- * workq (fs/util/workq.h) that writes it with diskcache_put; the bytes
- * queued at once are counted against max_bytes.
+ * disk cache (see diskfill.h): each chunk's lent pieces queued on a
+ * one-thread workq (fs/util/workq.h) that writes them with
+ * diskcache_put_pieces and releases them; the bytes lent at once are counted
+ * against max_bytes.
  */
 #include "diskfill.h"
 
@@ -18,7 +19,7 @@ struct diskfill {
     struct diskcache *dc;
     uint64_t max_bytes;
     struct workq *writer;          /* one thread: chunks are written in order */
-    _Atomic uint64_t queued_bytes; /* bytes of the copies queued, reserved before the copy */
+    _Atomic uint64_t queued_bytes; /* bytes lent and not released yet, reserved first */
     _Atomic uint64_t dropped;      /* chunks refused: queue full */
 };
 
@@ -27,14 +28,16 @@ struct fill_item {
     char *path, *etag;
     uint64_t size, off;
     size_t len;
-    char *data; /* DISKCACHE_DIRECT_ALIGN-aligned: written past the page cache */
+    diskfill_release_fn *release;
+    void *release_arg;
+    int npieces;
+    struct iovec pieces[]; /* lent by the caller until release */
 };
 
 static void item_free(struct fill_item *it)
 {
     free(it->path);
     free(it->etag);
-    free(it->data);
     free(it);
 }
 
@@ -49,7 +52,9 @@ static void write_item(void *arg)
 {
     struct fill_item *it = arg;
     struct diskcache_version v = {.path = it->path, .etag = it->etag, .size = it->size};
-    (void)diskcache_put(it->f->dc, &v, it->off, it->data, it->len); /* failures: counted there */
+    /* failures: counted there */
+    (void)diskcache_put_pieces(it->f->dc, &v, it->off, it->pieces, it->npieces);
+    it->release(it->release_arg);
     unreserve(it->f, it->len);
     item_free(it);
 }
@@ -83,22 +88,20 @@ static int reserve(struct diskfill *f, size_t len)
     return 1;
 }
 
-int diskfill_put_pieces(struct diskfill *f, const struct diskcache_version *v, uint64_t off,
-                        const struct iovec *pieces, int npieces)
+int diskfill_lend(struct diskfill *f, const struct diskcache_version *v, uint64_t off,
+                  const struct iovec *pieces, int npieces, diskfill_release_fn *release, void *arg)
 {
     size_t len = 0;
     for (int i = 0; i < npieces; i++)
         len += pieces[i].iov_len;
     if (!reserve(f, len))
         return -ENOBUFS;
-    struct fill_item *it = calloc(1, sizeof *it);
+    struct fill_item *it = malloc(sizeof *it + (size_t)npieces * sizeof *pieces);
     if (it) {
         it->path = strdup(v->path);
         it->etag = strdup(v->etag);
-        if (posix_memalign((void **)&it->data, DISKCACHE_DIRECT_ALIGN, len) != 0)
-            it->data = NULL;
     }
-    if (!it || !it->path || !it->etag || !it->data) {
+    if (!it || !it->path || !it->etag) {
         if (it)
             item_free(it);
         unreserve(f, len);
@@ -108,24 +111,16 @@ int diskfill_put_pieces(struct diskfill *f, const struct diskcache_version *v, u
     it->size = v->size;
     it->off = off;
     it->len = len;
-    size_t at = 0;
-    for (int i = 0; i < npieces; i++) {
-        memcpy(it->data + at, pieces[i].iov_base, pieces[i].iov_len);
-        at += pieces[i].iov_len;
-    }
+    it->release = release;
+    it->release_arg = arg;
+    it->npieces = npieces;
+    memcpy(it->pieces, pieces, (size_t)npieces * sizeof *pieces);
     int rc = workq_submit(f->writer, write_item, it);
     if (rc != 0) {
         item_free(it);
         unreserve(f, len);
     }
     return rc;
-}
-
-int diskfill_put(struct diskfill *f, const struct diskcache_version *v, uint64_t off,
-                 const void *buf, size_t len)
-{
-    struct iovec one = {.iov_base = (void *)buf, .iov_len = len};
-    return diskfill_put_pieces(f, v, off, &one, 1);
 }
 
 uint64_t diskfill_dropped(struct diskfill *f)

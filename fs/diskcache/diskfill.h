@@ -1,9 +1,10 @@
 /*
  * fs/diskcache/diskfill.h - keeping fetched bytes in the disk cache in the
- * background (issue #22): a reader hands over a copy of the whole chunks it
- * fetched and goes on; one thread writes them with diskcache_put. The copies
- * queued at once are bounded (max_bytes): past it a chunk is not kept
- * (counted), the reader never waits.
+ * background (issue #22): a reader lends the pieces of a whole chunk it
+ * fetched (the read cache's blocks, pinned) and goes on; one thread writes
+ * them with diskcache_put_pieces and gives them back. The bytes lent at once
+ * are bounded (max_bytes): past it a chunk is not kept (counted), the reader
+ * never waits and nothing is copied.
  */
 #ifndef CKPTFS_DISKFILL_H
 #define CKPTFS_DISKFILL_H
@@ -19,21 +20,21 @@ struct diskfill;
 /* Start the writer thread for dc (which must outlive it): 0 or -errno. */
 int diskfill_create(struct diskcache *dc, uint64_t max_bytes, struct diskfill **out);
 
-/* Queue a copy of buf = [off, off + len) of v, one whole chunk as
- * diskcache_put takes it. Never waits for the disk: 0, or -ENOBUFS (the queue
- * holds max_bytes already; nothing kept) or -ENOMEM. */
-int diskfill_put(struct diskfill *f, const struct diskcache_version *v, uint64_t off,
-                 const void *buf, size_t len);
+/* Called by the writer once it is done with lent pieces (written or not). */
+typedef void diskfill_release_fn(void *arg);
 
-/* diskfill_put of the chunk made of pieces[0 .. npieces) end to end (copied
- * before it returns): 0, -ENOBUFS or -ENOMEM. */
-int diskfill_put_pieces(struct diskfill *f, const struct diskcache_version *v, uint64_t off,
-                        const struct iovec *pieces, int npieces);
+/* Queue one chunk of v at off: the bytes of pieces[0 .. npieces) end to end,
+ * which must stay valid until release(arg) (the array itself is copied).
+ * Never waits for the disk: 0 (release will be called, on the writer's
+ * thread), or -ENOBUFS (max_bytes are lent already; nothing kept) or -ENOMEM
+ * (release is not called). */
+int diskfill_lend(struct diskfill *f, const struct diskcache_version *v, uint64_t off,
+                  const struct iovec *pieces, int npieces, diskfill_release_fn *release, void *arg);
 
 /* Chunks not kept because the queue was full. */
 uint64_t diskfill_dropped(struct diskfill *f);
 
-/* Write what is queued, stop the thread, free f. */
+/* Write what is queued (releasing it), stop the thread, free f. */
 void diskfill_destroy(struct diskfill *f);
 
 #endif

@@ -851,79 +851,80 @@ int cache_disk_fd(struct cache *c, struct cache_obj *o, uint64_t off, size_t len
     return 1;
 }
 
-/* Hand the whole disk chunks inside [off, off + len) of o (fetched from the
- * store into buf) to the background writer. Never waits for the disk. */
-static void disk_keep(struct cache *c, struct cache_obj *o, uint64_t off, size_t len,
-                      const char *buf)
+/* Blocks of one disk chunk lent to the disk cache's writer, pinned until it
+ * is done with them (disk_keep_chunk). */
+struct disk_loan {
+    struct cache *c;
+    uint32_t n;
+    struct cblock *blocks[];
+};
+
+/* diskfill_release_fn: the writer is done with a loan's blocks. */
+static void disk_loan_release(void *arg)
 {
-    if (!c->fill || !o->etag[0] || len == 0)
-        return;
-    struct diskcache_version v = {.path = o->path, .etag = o->etag, .size = o->size};
-    uint64_t end = off + len;
-    for (uint64_t at = (off + DISKCACHE_CHUNK - 1) / DISKCACHE_CHUNK * DISKCACHE_CHUNK; at < end;
-         at += DISKCACHE_CHUNK) {
-        uint64_t chunk_end = at + DISKCACHE_CHUNK < o->size ? at + DISKCACHE_CHUNK : o->size;
-        if (chunk_end > end)
-            break; /* the chunk is cut by the range: not whole */
-        (void)diskfill_put(c->fill, &v, at, buf + (at - off), (size_t)(chunk_end - at));
+    struct disk_loan *l = arg;
+    cache_lock(l->c);
+    for (uint32_t i = 0; i < l->n; i++) {
+        assert(l->blocks[i]->pins > 0 && l->blocks[i]->state == BLOCK_READY);
+        l->blocks[i]->pins--;
     }
+    cache_unlock(l->c);
+    free(l);
 }
 
-/* Keep disk chunk k of o if every block of it is READY in memory. A fetch
- * keeps the whole chunks inside it (disk_keep); the chunk it cuts at an edge
- * is whole once the fetch next to it has landed too (a load fetches item by
- * item, and items do not start on chunk boundaries: a per-rank file's every
- * item boundary). The blocks stay pinned while their bytes are copied to the
- * writer's queue. Called without the lock. */
-static void disk_keep_assembled(struct cache *c, struct cache_obj *o, uint64_t k)
+/* Keep disk chunk k of o if every block of it is READY in memory: lend its
+ * blocks (pinned, not copied) to the background writer. A fetch's own whole
+ * chunks are so; the chunk it cuts at an edge is whole once the fetch next
+ * to it has landed too (a load fetches item by item, and items do not start
+ * on chunk boundaries: a per-rank file's every item boundary). Never waits
+ * for the disk. Called without the lock. */
+static void disk_keep_chunk(struct cache *c, struct cache_obj *o, uint64_t k)
 {
     uint64_t bs = c->cfg.block_size;
     uint64_t start = k * DISKCACHE_CHUNK;
     uint64_t end = start + DISKCACHE_CHUNK < o->size ? start + DISKCACHE_CHUNK : o->size;
-    if (bs > DISKCACHE_CHUNK || start >= end)
-        return; /* blocks of a chunk or more: no fetch cuts a chunk */
-    uint32_t n = (uint32_t)((end - start + bs - 1) / bs), pinned = 0;
-    struct cblock **blocks = malloc(n * sizeof *blocks);
+    if (start >= end)
+        return;
+    uint64_t first = start / bs; /* the blocks over the chunk: [first, first + n) */
+    uint32_t n = (uint32_t)((end - 1) / bs - first + 1), pinned = 0;
+    struct disk_loan *l = malloc(sizeof *l + n * sizeof *l->blocks);
     struct iovec *pieces = malloc(n * sizeof *pieces);
-    if (blocks && pieces) {
+    if (l && pieces) {
+        *l = (struct disk_loan){.c = c, .n = n};
         cache_lock(c);
         for (; pinned < n; pinned++) {
-            struct cblock *b = block_find(c, o, start / bs + pinned);
+            struct cblock *b = block_find(c, o, first + pinned);
             if (!b || b->state != BLOCK_READY)
                 break;
             b->pins++;
-            blocks[pinned] = b;
-            pieces[pinned] = (struct iovec){.iov_base = b->data, .iov_len = b->len};
+            l->blocks[pinned] = b;
+            uint64_t bstart = b->idx * bs, bend = bstart + b->len;
+            uint64_t from = start > bstart ? start : bstart, to = end < bend ? end : bend;
+            pieces[pinned] = (struct iovec){.iov_base = b->data + (from - bstart),
+                                            .iov_len = (size_t)(to - from)};
         }
         cache_unlock(c);
     }
-    if (pinned == n) {
-        struct diskcache_version v = {.path = o->path, .etag = o->etag, .size = o->size};
-        (void)diskfill_put_pieces(c->fill, &v, start, pieces, (int)n);
+    struct diskcache_version v = {.path = o->path, .etag = o->etag, .size = o->size};
+    if (pinned == n && diskfill_lend(c->fill, &v, start, pieces, (int)n, disk_loan_release, l) == 0)
+        l = NULL; /* the writer releases it */
+    if (l && pinned > 0) {
+        l->n = pinned;
+        disk_loan_release(l);
+    } else {
+        free(l);
     }
-    if (pinned > 0) {
-        cache_lock(c);
-        for (uint32_t i = 0; i < pinned; i++) {
-            assert(blocks[i]->pins > 0 && blocks[i]->state == BLOCK_READY);
-            blocks[i]->pins--;
-        }
-        cache_unlock(c);
-    }
-    free(blocks);
     free(pieces);
 }
 
-/* After a fetch of [from, to) of o from the store: keep the chunks it cut at
- * its edges whose other blocks are in memory (disk_keep_assembled). */
-static void disk_keep_edges(struct cache *c, struct cache_obj *o, uint64_t from, uint64_t to)
+/* After a fetch of [from, to) of o from the store (its blocks published):
+ * keep every chunk it touches that is whole in memory (disk_keep_chunk). */
+static void disk_keep(struct cache *c, struct cache_obj *o, uint64_t from, uint64_t to)
 {
     if (!c->fill || !o->etag[0] || from >= to)
         return;
-    uint64_t head = from / DISKCACHE_CHUNK, tail = (to - 1) / DISKCACHE_CHUNK;
-    if (from % DISKCACHE_CHUNK)
-        disk_keep_assembled(c, o, head);
-    if (to % DISKCACHE_CHUNK && to < o->size && (tail != head || from % DISKCACHE_CHUNK == 0))
-        disk_keep_assembled(c, o, tail);
+    for (uint64_t k = from / DISKCACHE_CHUNK; k <= (to - 1) / DISKCACHE_CHUNK; k++)
+        disk_keep_chunk(c, o, k);
 }
 
 /* Fetch blocks [first, first+n) of o, all FETCHING and owned by the
@@ -958,8 +959,6 @@ static int fetch_run(struct cache *c, struct cache_obj *o, uint64_t first, uint3
         else
             rc = ops->read(c->store, o->path, o->etag, off + lo, hi - lo, f.buf->data + lo, &sgot);
         got = rc == 0 && sgot == hi - lo ? want : lo + sgot;
-        if (rc == 0 && lo < hi && sgot == hi - lo)
-            disk_keep(c, o, off + lo, hi - lo, f.buf->data + lo);
     }
     if (rc == 0 && got != want) {
         log_warn("%s: object shorter than expected (%zu of %llu bytes at %llu): changed on the "
@@ -998,7 +997,7 @@ static int fetch_run(struct cache *c, struct cache_obj *o, uint64_t first, uint3
         cbuf_unref_locked(c, f.buf);
     cache_unlock(c);
     if (rc == 0)
-        disk_keep_edges(c, o, off + lo, off + hi);
+        disk_keep(c, o, off + lo, off + hi);
     return rc;
 }
 
@@ -1382,6 +1381,7 @@ void cache_destroy(struct cache *c)
     cache_lock(c);
     while (c->lru.lru_next != &c->lru) {
         struct cblock *b = c->lru.lru_next;
+        assert(b->pins == 0); /* no reader, and the disk cache's writer gave its loans back */
         lru_unlink(b);
         block_unhash(c, b);
         block_free_locked(c, b);

@@ -16,8 +16,10 @@
  * in the background that nobody has read yet (under pressure it fetches
  * less, not more); demand reads may exceed the bound briefly.
  * With a disk cache (cache_set_disk), a fetch copies what it holds of the
- * object's version and asks the store only for the rest, whose whole chunks
- * it hands to the disk cache's background writer.
+ * object's version and asks the store only for the rest; then every disk
+ * chunk it touched whose blocks are all in memory (also one it cut at an
+ * edge, once the fetch next to it landed) is lent, pinned, to the disk
+ * cache's background writer.
  */
 #ifndef CKPTFS_CACHE_H
 #define CKPTFS_CACHE_H
@@ -75,9 +77,9 @@ int cache_create(struct store *store, struct workq *wq, const struct cache_confi
                  struct cache **out);
 
 /* Fetches read what dc holds of the object's version (path, etag, size as
- * opened) instead of asking the store, and hand the whole chunks they fetch
- * from the store to fill (issue #22). dc and fill may be NULL (none); both
- * must outlive c. Call before the first read. */
+ * opened) instead of asking the store, and lend the chunks they complete
+ * from the store to fill (issue #22). dc and fill may be NULL (none); dc
+ * must outlive c, and fill be destroyed before c. Call before the first read. */
 void cache_set_disk(struct cache *c, struct diskcache *dc, struct diskfill *fill);
 
 /* Whether the disk cache (cache_set_disk) holds every byte of [off, off+len)
@@ -97,8 +99,9 @@ int cache_disk_holds(struct cache *c, struct cache_obj *o, uint64_t off, size_t 
  * at unmount, so a dead server cannot hold it up). */
 void cache_cancel(struct cache *c);
 
-/* Drops every block. All objects must have been released and the work
- * queue drained (workq_destroy) before. */
+/* Drops every block. All objects must have been released, the work queue
+ * drained (workq_destroy) and the disk cache's writer stopped
+ * (diskfill_destroy: it gives back the blocks lent to it) before. */
 void cache_destroy(struct cache *c);
 
 /* The object for (path, etag, size), shared by every open of that version.

@@ -12,6 +12,8 @@
 #include "workq.h"
 
 #include <criterion/criterion.h>
+#include <errno.h>
+#include <stdatomic.h>
 #include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,7 +66,8 @@ static void setup(void)
     cr_assert_not_null(obj);
 }
 
-/* Stop the cache, then the writer (which writes what is queued first). */
+/* Stop fetching, then the writer (which writes what is queued first and
+ * gives the blocks back), then the cache. */
 static void stop_fetching(void)
 {
     if (obj)
@@ -73,11 +76,11 @@ static void stop_fetching(void)
     if (wq)
         workq_destroy(wq);
     wq = NULL;
+    diskfill_destroy(fill);
+    fill = NULL;
     if (cache)
         cache_destroy(cache);
     cache = NULL;
-    diskfill_destroy(fill);
-    fill = NULL;
 }
 
 static void teardown(void)
@@ -157,4 +160,35 @@ Test(cache_disk, a_cut_chunk_whose_rest_was_never_fetched_is_not_kept)
     cr_assert(holds_chunk(1));
     cr_assert(!holds_chunk(2));
     cr_assert(!holds_chunk(3));
+}
+
+static atomic_int releases;
+
+static void count_release(void *arg)
+{
+    (void)arg;
+    atomic_fetch_add(&releases, 1);
+}
+
+/* The writer's bound: a loan past max_bytes is refused at once (counted,
+ * never released: the lender keeps its blocks); one within it is written and
+ * released exactly once. */
+Test(cache_disk, loans_past_the_bound_are_refused_and_others_released_once)
+{
+    stop_fetching();
+    cr_assert_eq(diskfill_create(dc, CH - 1, &fill), 0);
+    atomic_store(&releases, 0);
+    struct diskcache_version small = {.path = "small", .etag = "\"s\"", .size = 4096};
+    struct iovec piece = {.iov_base = content, .iov_len = 4096};
+    cr_assert_eq(diskfill_lend(fill, &small, 0, &piece, 1, count_release, NULL), 0);
+    struct diskcache_version big = {.path = "obj", .etag = etag, .size = OBJ_SIZE};
+    struct iovec whole = {.iov_base = content, .iov_len = CH};
+    cr_assert_eq(diskfill_lend(fill, &big, 0, &whole, 1, count_release, NULL), -ENOBUFS);
+    cr_assert_eq(diskfill_dropped(fill), 1);
+    diskfill_destroy(fill);
+    fill = NULL;
+    cr_assert_eq(atomic_load(&releases), 1);
+    unsigned char got[4096];
+    cr_assert_eq(diskcache_read(dc, &small, 0, sizeof got, got), 1);
+    cr_assert_eq(memcmp(got, content, sizeof got), 0);
 }
