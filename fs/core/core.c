@@ -598,8 +598,15 @@ static int on_retire(void *arg, const char *path, const char *etag, uint64_t siz
     return core->disk ? diskcache_adopt(core->disk, &v, file) : -ENOENT;
 }
 
-/* Bytes of fetched chunks waiting for the disk at once, at most. */
-#define DISK_FILL_QUEUE (64ull << 20)
+/* Bytes of fetched chunks waiting for the disk at once, at most: a quarter
+ * of the read cache, whose blocks they are (lent, pinned, not copied), and
+ * at least 16 MiB. 64 MiB dropped 3-5% of a per-rank 1 GiB cold load's
+ * chunks on 2 busy cores (docs/bench-load.md "A read checkpoint kept whole"). */
+static uint64_t disk_fill_queue(const struct core *core)
+{
+    uint64_t quarter = core->cfg.cache_size / 4;
+    return quarter > (16ull << 20) ? quarter : 16ull << 20;
+}
 
 /* --disk-cache-size: open CACHE_DIR/disk-cache and its writer. 0, -EBUSY
  * (another process has it: logged), or 0 without a disk cache (logged) when
@@ -625,7 +632,7 @@ static int open_disk_cache(struct core *core)
     } else if (rc < 0) {
         log_warn("disk cache %s disabled: %s", dir, err);
         rc = 0;
-    } else if ((rc = diskfill_create(core->disk, DISK_FILL_QUEUE, &core->fill)) < 0) {
+    } else if ((rc = diskfill_create(core->disk, disk_fill_queue(core), &core->fill)) < 0) {
         diskcache_close(core->disk);
         core->disk = NULL;
     } else {
