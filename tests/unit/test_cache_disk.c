@@ -11,10 +11,11 @@
 #include "mem_store.h"
 #include "workq.h"
 
+#include "test_util.h"
+
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <stdatomic.h>
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,17 +35,9 @@ static struct diskfill *fill;
 static struct cache *cache;
 static struct cache_obj *obj;
 
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb, (void)flag, (void)ftw;
-    return remove(path);
-}
-
 static void setup(void)
 {
-    const char *t = getenv("TMPDIR");
-    snprintf(dir, sizeof dir, "%s/ckptfs-cache-disk-XXXXXX", t && *t ? t : "/tmp");
-    cr_assert_not_null(mkdtemp(dir));
+    make_scratch_dir(dir, sizeof dir, "ckptfs-cache-disk");
     content = malloc(OBJ_SIZE);
     cr_assert_not_null(content);
     for (size_t i = 0; i < OBJ_SIZE; i++)
@@ -89,7 +82,7 @@ static void teardown(void)
     diskcache_close(dc);
     mem_store_free(store);
     free(content);
-    nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    rm_tree(dir);
 }
 
 TestSuite(cache_disk, .init = setup, .fini = teardown, .timeout = 60);

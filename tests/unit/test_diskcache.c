@@ -6,11 +6,12 @@
  */
 #include "diskcache.h"
 
+#include "test_util.h"
+
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,22 +29,14 @@
 static char dir[256];
 static char err[512];
 
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb, (void)flag, (void)ftw;
-    return remove(path);
-}
-
 static void setup(void)
 {
-    const char *t = getenv("TMPDIR");
-    snprintf(dir, sizeof dir, "%s/ckptfs-diskcache-XXXXXX", t && *t ? t : "/tmp");
-    cr_assert_not_null(mkdtemp(dir));
+    make_scratch_dir(dir, sizeof dir, "ckptfs-diskcache");
 }
 
 static void teardown(void)
 {
-    nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    rm_tree(dir);
 }
 
 TestSuite(diskcache, .init = setup, .fini = teardown, .timeout = 120);

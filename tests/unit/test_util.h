@@ -53,6 +53,15 @@ static inline int for_each_metadata(const char *dir, metadata_fn fn, void *arg)
     return n;
 }
 
+/* Make a fresh scratch directory $TMPDIR/NAME-XXXXXX (/tmp without TMPDIR)
+ * into dir[n]; fails the test if it cannot. Remove it with rm_tree. */
+static inline void make_scratch_dir(char *dir, size_t n, const char *name)
+{
+    const char *t = getenv("TMPDIR");
+    snprintf(dir, n, "%s/%s-XXXXXX", t && *t ? t : "/tmp", name);
+    cr_assert_not_null(mkdtemp(dir), "%s", dir);
+}
+
 /* Remove path and everything below it (a test's scratch directory). */
 static inline void rm_tree(const char *path)
 {
