@@ -102,6 +102,19 @@ int core_create_file(struct core *core, const char *path, int flags, struct core
     return core_file_staged(core, wf, 1, out);
 }
 
+/* wf, just staged to replace the object at spath (st: its store stat), keeps
+ * that object's mode and owner (issue #18): a rewrite is not a new file. */
+static void keep_mode_and_owner(struct core *core, const char *spath, struct store_stat *st,
+                                struct wfile *wf)
+{
+    core_known_attrs(core, spath, st);
+    st->attrs.set &= STORE_ATTR_MODE | STORE_ATTR_UID | STORE_ATTR_GID;
+    if (store_attrs_is_link(&st->attrs))
+        st->attrs.set &= ~STORE_ATTR_MODE; /* a file now, not a link */
+    if (st->attrs.set)
+        stage_set_attrs_wf(core->stage, wf, &st->attrs);
+}
+
 int core_open_write(struct core *core, const char *spath, int flags, struct core_file **out)
 {
     if (!core->stage)
@@ -121,13 +134,7 @@ int core_open_write(struct core *core, const char *spath, int flags, struct core
         if (rc < 0)
             return rc;
         flags &= ~O_TRUNC;
-        /* Its mode and owner stay those of the object it replaces (issue #18). */
-        core_known_attrs(core, spath, &st);
-        st.attrs.set &= STORE_ATTR_MODE | STORE_ATTR_UID | STORE_ATTR_GID;
-        if (store_attrs_is_link(&st.attrs))
-            st.attrs.set &= ~STORE_ATTR_MODE; /* a file now, not a link */
-        if (st.attrs.set)
-            stage_set_attrs_wf(core->stage, wf, &st.attrs);
+        keep_mode_and_owner(core, spath, &st, wf);
     }
     struct core_file *f;
     int rc = core_file_staged(core, wf, 1, &f);
@@ -183,6 +190,7 @@ int core_truncate(struct core *core, const char *path, struct core_file *f, uint
             stage_adopt(core->stage, spath, st.etag, st.size, size < st.size ? size : st.size, &wf);
         if (rc < 0)
             return rc;
+        keep_mode_and_owner(core, spath, &st, wf);
     }
     int rc = stage_truncate(core->stage, wf, size);
     stage_put(core->stage, wf);

@@ -337,14 +337,15 @@ def test_attributes_are_s3fs_compatible(s3server, mounter, s3fs_mounter):
 
 @pytest.mark.parametrize("fsync", FSYNC_MODES)
 def test_rewriting_a_file_keeps_its_mode_and_owner(both_stores, mounter, fsync):
-    """§13: a file opened for writing (appended to, or truncated) keeps the mode and owner
-    it had; its time becomes the write's."""
+    """§13: a file opened for writing (appended to, or truncated), or cut by truncate(2)
+    on its path, keeps the mode and owner it had; its time becomes the write's."""
     m = mounter(both_stores, f"--fsync={fsync}")
-    for name in ("appended", "truncated"):
+    names = ("appended", "truncated", "cut")
+    for name in names:
         with open(m.p(name), "wb") as f:
             f.write(b"1" * 100)
     m.sync()
-    for name in ("appended", "truncated"):
+    for name in names:
         os.chmod(m.p(name), 0o600)
         os.chown(m.p(name), 1234, 1235)
         os.utime(m.p(name), (PAST, PAST))
@@ -352,9 +353,11 @@ def test_rewriting_a_file_keeps_its_mode_and_owner(both_stores, mounter, fsync):
         f.write(b"2")
     with open(m.p("truncated"), "wb") as f:
         f.write(b"3")
+    os.truncate(m.p("cut"), 10)  # truncate -s: no open file
     m.sync()
+    assert os.path.getsize(m.p("cut")) == 10
     fresh = mounter(both_stores, *exact(both_stores))
     for mnt in (m, fresh):
-        for name in ("appended", "truncated"):
+        for name in names:
             got = attrs(mnt.p(name))
             assert got[:4] == (stat.S_IFREG, 0o600, 1234, 1235) and got[4] > PAST * 10**9, name
