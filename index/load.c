@@ -414,8 +414,9 @@ static int load_dcp_ranks(const struct ckpt_io *io, const char *dir,
             rn[n++] = (struct rank_name){r, l.names[i]};
     }
     if (!rc && !n)
-        rc = ckpt_err_set(err, CKPT_ENOTCKPT, CKPT_NOPOS, "'%s' holds no .metadata",
-                          *dir ? dir : ".");
+        rc = *dir ? ckpt_err_set(err, CKPT_ENOTCKPT, CKPT_NOPOS, "'%s' holds no .metadata", dir)
+                  : ckpt_err_set(err, CKPT_ENOTCKPT, CKPT_NOPOS,
+                                 "holds no .metadata: not a checkpoint directory");
     if (!rc)
         qsort(rn, n, sizeof(*rn), cmp_rank_name);
     uint32_t got = 0;
@@ -648,9 +649,12 @@ int ckpt_load(const struct ckpt_io *io, const char *dir, const struct ckpt_load_
                       : load_dcp_ranks(io, dir, opt, out, err);
     if (fmt == CKPT_FORMAT_SAFETENSORS)
         return load_st(io, dir, NULL, NULL, opt, out, err);
+    if (!*dir) /* the source's own root: its caller names it */
+        return ckpt_err_set(err, CKPT_ENOTCKPT, CKPT_NOPOS,
+                            "holds no .metadata, " INDEX_JSON
+                            " or *.safetensors: not a checkpoint directory");
     return ckpt_err_set(err, CKPT_ENOTCKPT, CKPT_NOPOS,
-                        "'%s' holds no .metadata, " INDEX_JSON " or *.safetensors",
-                        *dir ? dir : ".");
+                        "'%s' holds no .metadata, " INDEX_JSON " or *.safetensors", dir);
 }
 
 int ckpt_load_file(const struct ckpt_io *io, const char *dir, const char *name,

@@ -364,6 +364,17 @@ def test_json_errors_opening_the_source(tmp_path):
         assert j["error"]["what"] == what and j["error"]["message"], (args, j)
 
 
+def test_a_folder_that_is_no_checkpoint_is_named_once(tmp_path):
+    # the error names the folder the user gave, and says what is missing
+    (tmp_path / "sub").mkdir()
+    p = run("ls", tmp_path, ok=(EX_IO,))
+    assert p.stderr.strip() == ("ckptfs-admin: %s: holds no .metadata, model.safetensors.index.json"
+                                " or *.safetensors: not a checkpoint directory" % tmp_path), p.stderr
+    _, j = run_json("verify", tmp_path, ok=(EX_IO,))
+    assert j["error"]["code"] == "ENOTCKPT" and j["error"]["what"] == str(tmp_path), j
+    assert "'.'" not in j["error"]["message"] and "not a checkpoint" in j["error"]["message"], j
+
+
 def test_options_take_values_with_equals(tmp_path):
     # every option with a value takes "--opt VALUE" and "--opt=VALUE", like the
     # mount's getopt_long (only --cache-dir= and --watch= did: exit 2)
