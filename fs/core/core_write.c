@@ -102,8 +102,8 @@ int core_create_file(struct core *core, const char *path, int flags, struct core
     return core_file_staged(core, wf, 1, out);
 }
 
-/* wf, just staged to replace the object at spath (st: its store stat), keeps
- * that object's mode and owner (issue #18): a rewrite is not a new file. */
+/* wf, just staged from the object at spath (st: its store stat), keeps that
+ * object's mode and owner (issue #18): a rewrite or a rename is not a new file. */
 static void keep_mode_and_owner(struct core *core, const char *spath, struct store_stat *st,
                                 struct wfile *wf)
 {
@@ -418,6 +418,8 @@ static int rename_stored(struct core *core, const char *sfrom, const struct stor
         struct wfile *wf;
         int rc = stage_adopt(core->stage, sfrom, st->etag, st->size, st->size, &wf);
         if (rc == 0) {
+            struct store_stat kept = *st;
+            keep_mode_and_owner(core, sfrom, &kept, wf); /* rename keeps them (issue #18) */
             rc = stage_rename(core->stage, sfrom, sto);
             stage_put(core->stage, wf);
         }

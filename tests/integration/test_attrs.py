@@ -361,3 +361,23 @@ def test_rewriting_a_file_keeps_its_mode_and_owner(both_stores, mounter, fsync):
         for name in names:
             got = attrs(mnt.p(name))
             assert got[:4] == (stat.S_IFREG, 0o600, 1234, 1235) and got[4] > PAST * 10**9, name
+
+
+def test_a_stored_file_renamed_to_metadata_keeps_its_mode_and_owner(both_stores, mounter):
+    """§13, rename keeps them: also a rename onto a checkpoint's .metadata, which stages a
+    copy of the stored bytes (it must wait for the files it names) instead of a copy on
+    the store."""
+    m = mounter(both_stores)
+    os.makedirs(m.p("ck"))
+    with open(m.p("ck/.metadata.tmp"), "wb") as f:
+        f.write(b"not a pickle")
+    m.sync()
+    os.chmod(m.p("ck/.metadata.tmp"), 0o600)
+    os.chown(m.p("ck/.metadata.tmp"), 1234, 1235)
+    os.rename(m.p("ck/.metadata.tmp"), m.p("ck/.metadata"))
+    m.sync()
+    fresh = mounter(both_stores, *exact(both_stores))
+    for mnt in (m, fresh):
+        assert attrs(mnt.p("ck/.metadata"))[:4] == (stat.S_IFREG, 0o600, 1234, 1235), mnt.n
+        with open(mnt.p("ck/.metadata"), "rb") as f:
+            assert f.read() == b"not a pickle"
