@@ -19,13 +19,19 @@ void store_fingerprint(const struct store_stat *st, char *buf, size_t len)
 }
 
 /* Split "bucket/some/prefix/" into bucket and a prefix without slashes at
- * either end. Returns -EINVAL for an empty or malformed bucket name. */
-static int split_s3_url(const char *rest, char **bucket, char **prefix)
+ * either end. Returns -EINVAL for an empty or malformed bucket name, with
+ * *why set to the rule it breaks. */
+static int split_s3_url(const char *rest, char **bucket, char **prefix, const char **why)
 {
     const char *slash = strchr(rest, '/');
     size_t blen = slash ? (size_t)(slash - rest) : strlen(rest);
+    *why = "expected s3://BUCKET[/PREFIX]";
+    if (blen == 0)
+        return -EINVAL;
+    *why = "a bucket name has 3 to 63 characters";
     if (blen < 3 || blen > 63)
         return -EINVAL;
+    *why = "a bucket name holds only lowercase letters, digits, '-', '.' and '_'";
     for (size_t i = 0; i < blen; i++) {
         char c = rest[i];
         if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '.' || c == '_'))
@@ -56,11 +62,17 @@ int store_open(const char *url, const struct store_options *opt, struct store **
     *out = NULL;
     if (strncmp(url, "s3://", 5) == 0) {
         char *bucket, *prefix;
-        if (split_s3_url(url + 5, &bucket, &prefix) < 0) {
-            snprintf(err, errlen, "invalid S3 URL '%s': expected s3://BUCKET[/PREFIX]", url);
-            return -EINVAL;
+        const char *why;
+        int rc = split_s3_url(url + 5, &bucket, &prefix, &why);
+        if (rc == -ENOMEM) {
+            snprintf(err, errlen, "out of memory");
+            return rc;
         }
-        int rc = store_s3_open(bucket, prefix, opt, out, err, errlen);
+        if (rc < 0) {
+            snprintf(err, errlen, "invalid S3 URL '%s': %s", url, why);
+            return rc;
+        }
+        rc = store_s3_open(bucket, prefix, opt, out, err, errlen);
         free(bucket);
         free(prefix);
         return rc;

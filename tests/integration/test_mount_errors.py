@@ -54,6 +54,16 @@ def test_unknown_scheme(tmp_path):
     _check_fails(res, r"foo|scheme")
 
 
+@pytest.mark.parametrize("url,why", [
+    ("s3://", r"expected s3://BUCKET\[/PREFIX\]"),
+    ("s3://ab/ckpt", r"3 to 63 characters"),
+    ("s3://My_Bucket/ckpt", r"lowercase letters, digits"),
+])
+def test_invalid_bucket_name_says_which_rule(tmp_path, url, why):
+    res = harness.run_cli(["-f", url], str(tmp_path), env=S3ENV)
+    _check_fails(res, rf"invalid S3 URL '{re.escape(url)}': .*{why}")
+
+
 def test_unknown_option(tmp_path):
     d = tmp_path / "store"
     d.mkdir()
