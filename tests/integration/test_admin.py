@@ -375,6 +375,14 @@ def test_a_folder_that_is_no_checkpoint_is_named_once(tmp_path):
     assert "'.'" not in j["error"]["message"] and "not a checkpoint" in j["error"]["message"], j
 
 
+def test_a_missing_index_says_how_to_build_one(tmp_path):
+    # index ls/at before any rebuild: exit 5 and the way out, the path named once
+    for args in (("index", "ls"), ("index", "at", tmp_path, "__0_0.distcp", "0")):
+        p = run(*args, "--cache-dir", tmp_path / "c", ok=(EX_DB,))
+        where = str(tmp_path / "c" / "index")
+        assert p.stderr.count(where) == 1 and "ckptfs-admin index rebuild" in p.stderr, p.stderr
+
+
 def test_options_take_values_with_equals(tmp_path):
     # every option with a value takes "--opt VALUE" and "--opt=VALUE", like the
     # mount's getopt_long (only --cache-dir= and --watch= did: exit 2)

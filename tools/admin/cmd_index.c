@@ -82,7 +82,13 @@ static int open_db(const struct admin_opts *o, int write, struct idxdb **db)
     opt.flags = write ? IDXDB_RESET : IDXDB_RDONLY;
     struct ckpt_err e;
     int rc = idxdb_open(dir, &opt, db, &e);
-    int ex = rc ? report(o, rc == -ENOENT ? EX_DB : EX_DB, dir, &e, rc) : 0;
+    int ex = 0;
+    if (rc == -ENOENT && !write)
+        ex = report_msg(o, EX_DB, dir, rc,
+                        "no index here: build one with 'ckptfs-admin index rebuild STORE' "
+                        "(or give the --cache-dir that holds one)");
+    else if (rc)
+        ex = report(o, EX_DB, dir, &e, rc);
     free(dir);
     return ex;
 }
