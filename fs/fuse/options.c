@@ -181,9 +181,10 @@ static const struct opt table[] = {
      "PCT percent free: least recently used objects go (5)",
      NULL, NULL},
     {"passthrough", 0, K_CUSTOM, 0, 0, 0, "MODE",
-     "auto: a file the disk cache holds whole is checked at open\n"
-     "and the kernel reads it from there itself (FUSE passthrough:\n"
-     "Linux 6.9+, root; else reads go through the daemon) (default);\n"
+     "auto: a file the disk cache holds whole, of at most 8 MiB or\n"
+     "one checkpoint item (up to 256 MiB), is checked at open and the\n"
+     "kernel reads it from there itself (FUSE passthrough: Linux\n"
+     "6.9+, root); other reads go through the daemon (default);\n"
      "off: disk cache reads always go through the daemon",
      set_passthrough, NULL},
     {"request-size", 0, K_SIZE32, F(core.request_size), 1 * MiB, 64 * MiB, "SIZE",
